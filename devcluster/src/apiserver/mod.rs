@@ -1,0 +1,1 @@
+//! The kube-apiserver-like HTTP server.

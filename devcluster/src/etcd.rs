@@ -1,0 +1,1 @@
+//! An etcd process for tests and the demo.

@@ -1,0 +1,6 @@
+//! A local Kubernetes API server stored in etcd the way kube-apiserver stores it, plus a kwok-like node
+//! simulator: the test and demo fixture of Flotilla. Production points at a real cluster instead.
+
+mod apiserver;
+mod etcd;
+mod simnodes;

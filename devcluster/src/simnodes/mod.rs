@@ -1,0 +1,1 @@
+//! The kwok-like node simulator.

@@ -1,0 +1,4 @@
+//! One module per `flotilla` subcommand: flags and the process life of that role.
+
+pub mod devcluster;
+pub mod simnodes;

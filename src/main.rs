@@ -1,0 +1,45 @@
+//! The `flotilla` binary: one executable, one subcommand per role.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Flotilla: a Kubernetes controller manager that scales out.
+#[derive(Parser)]
+#[command(name = "flotilla", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the local Kubernetes API on etcd (test and demo fixture).
+    Devcluster(cmd::devcluster::Args),
+    /// Simulate nodes against any Kubernetes API (kwok-like).
+    Simnodes(cmd::simnodes::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Devcluster(args) => cmd::devcluster::run(args).await,
+            Command::Simnodes(args) => cmd::simnodes::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
