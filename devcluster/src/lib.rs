@@ -4,3 +4,5 @@
 mod apiserver;
 mod etcd;
 mod simnodes;
+
+pub use etcd::{ETCD_BIN_ENV, EtcdError, EtcdServer};
