@@ -1,1 +1,17 @@
-//! placeholder
+//! Code both Flotilla roles share: etcd sessions and elections, the fleet's etcd key layout, the
+//! operational HTTP endpoints (`/metrics`, `/healthz`, `/readyz`), Kubernetes client configuration,
+//! logging set-up and shutdown signals.
+
+mod etcd;
+mod keys;
+mod kubeconfig;
+mod ops_server;
+mod shutdown;
+mod telemetry;
+
+pub use etcd::{Elected, Election, ElectionError, LeaderInfo, Leadership, Session, SessionConfig, SessionError, connect_etcd};
+pub use keys::FleetKeys;
+pub use kubeconfig::{KubeConfigError, kube_client, kube_config};
+pub use ops_server::{Health, OpsServer, OpsServerError};
+pub use shutdown::shutdown_signal;
+pub use telemetry::{LogFormat, init_logging};

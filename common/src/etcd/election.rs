@@ -1,0 +1,195 @@
+//! Leader election on etcd's election API: campaign on a session's lease, learn the leader and its term,
+//! resign. The term of a leader is the create revision of its election key — unique and increasing
+//! across leaders, so it fences every write and message of a deposed leader.
+
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, LeaderKey, ResignOptions, Txn, TxnOp};
+use futures::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+
+use super::Session;
+
+/// What a leader publishes about itself in its election key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderInfo {
+    /// The coordinator's identity.
+    pub id: String,
+    /// Where workers reach its gRPC services (`host:port`).
+    pub address: String,
+}
+
+/// A leader as seen by anyone: who, and since which term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leadership {
+    /// The leader's published info.
+    pub info: LeaderInfo,
+    /// The create revision of the leader's election key.
+    pub term: u64,
+}
+
+/// Errors of an [`Election`].
+#[derive(Debug, thiserror::Error)]
+pub enum ElectionError {
+    /// etcd failed.
+    #[error("etcd election operation failed")]
+    Etcd(#[source] etcd_client::Error),
+    /// The session's lease was lost before or while campaigning.
+    #[error("session lost")]
+    SessionLost,
+    /// A leader key holds something that is not a [`LeaderInfo`].
+    #[error("leader key holds an unreadable value")]
+    BadValue(#[source] serde_json::Error),
+    /// A fenced write found that this process no longer leads.
+    #[error("not the leader of term {0} any more")]
+    Deposed(u64),
+}
+
+/// One election name in etcd.
+#[derive(Clone)]
+pub struct Election {
+    client: Client,
+    name: String,
+}
+
+/// Proof of being elected; fences writes with [`Election::fenced_txn`].
+#[derive(Debug, Clone)]
+pub struct Elected {
+    key: LeaderKey,
+}
+
+impl Elected {
+    /// The term: create revision of this leader's election key.
+    pub fn term(&self) -> u64 {
+        u64::try_from(self.key.rev()).unwrap_or(0)
+    }
+}
+
+impl Election {
+    /// The election `name` (see [`crate::FleetKeys::election`]).
+    pub fn new(client: Client, name: String) -> Self {
+        Self { client, name }
+    }
+
+    /// Waits until this process leads, then returns its term.
+    ///
+    /// # Errors
+    /// [`ElectionError::SessionLost`] if the session is lost first; [`ElectionError::Etcd`] on etcd errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the campaign; the candidate key stays until the session ends, so a
+    /// caller that gives up campaigning should also close the session.
+    pub async fn campaign(&self, session: &Session, info: &LeaderInfo) -> Result<Elected, ElectionError> {
+        let value = serde_json::to_vec(info).map_err(ElectionError::BadValue)?;
+        let mut client = self.client.clone();
+        let lost = session.lost();
+        let response = tokio::select! {
+            biased;
+            () = lost.cancelled() => return Err(ElectionError::SessionLost),
+            r = client.campaign(self.name.as_str(), value, session.lease_id()) => r.map_err(ElectionError::Etcd)?,
+        };
+        let key = response.leader().cloned().ok_or(ElectionError::SessionLost)?;
+        Ok(Elected { key })
+    }
+
+    /// Gives up leadership at once, so a standby takes over without waiting for the lease to expire.
+    ///
+    /// # Errors
+    /// [`ElectionError::Etcd`] when etcd cannot be reached (the lease expiry then ends the term).
+    pub async fn resign(&self, elected: &Elected) -> Result<(), ElectionError> {
+        let mut client = self.client.clone();
+        client
+            .resign(Some(ResignOptions::new().with_leader(elected.key.clone())))
+            .await
+            .map_err(ElectionError::Etcd)?;
+        Ok(())
+    }
+
+    /// The current leader, if any.
+    ///
+    /// # Errors
+    /// [`ElectionError::Etcd`] on etcd errors, [`ElectionError::BadValue`] for a garbled leader key.
+    pub async fn leader(&self) -> Result<Option<Leadership>, ElectionError> {
+        let mut client = self.client.clone();
+        // etcd answers "election: no leader" as an error rather than an empty response; a plain range
+        // over the prefix tells the two apart.
+        let resp = client
+            .get(
+                format!("{}/", self.name),
+                Some(etcd_client::GetOptions::new().with_prefix().with_sort(
+                    etcd_client::SortTarget::Create,
+                    etcd_client::SortOrder::Ascend,
+                ).with_limit(1)),
+            )
+            .await
+            .map_err(ElectionError::Etcd)?;
+        let Some(kv) = resp.kvs().first() else { return Ok(None) };
+        let info: LeaderInfo = serde_json::from_slice(kv.value()).map_err(ElectionError::BadValue)?;
+        Ok(Some(Leadership { info, term: u64::try_from(kv.create_revision()).unwrap_or(0) }))
+    }
+
+    /// Every change of leader, starting with the current one (`None` while there is none). The stream
+    /// polls etcd's election prefix through a watch and never ends on its own; on etcd errors it
+    /// retries after a short pause.
+    pub fn observe(&self) -> impl Stream<Item = Option<Leadership>> + Send + 'static {
+        let this = self.clone();
+        futures::stream::unfold((this, None::<Option<Leadership>>), |(this, last)| async move {
+            loop {
+                let current = match this.leader().await {
+                    Ok(current) => current,
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                        continue;
+                    }
+                };
+                if last.as_ref() != Some(&current) {
+                    return Some((current.clone(), (this, Some(current))));
+                }
+                this.wait_for_change().await;
+            }
+        })
+        .boxed()
+    }
+
+    /// Waits for any change under the election prefix (or a bounded pause on errors).
+    async fn wait_for_change(&self) {
+        let mut client = self.client.clone();
+        let watched = client
+            .watch(format!("{}/", self.name), Some(etcd_client::WatchOptions::new().with_prefix()))
+            .await;
+        let Ok(mut stream) = watched else {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            return;
+        };
+        // The watch starts now; a change between our read and this point is caught by the periodic
+        // re-read below.
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.message()).await;
+    }
+
+    /// Runs `ops` in a transaction that succeeds only while `elected` still leads: every write of a
+    /// leader goes through here, so a deposed leader cannot overwrite its successor's decisions.
+    ///
+    /// # Errors
+    /// [`ElectionError::Deposed`] when the leader key is gone or belongs to another term.
+    pub async fn fenced_txn(
+        &self,
+        elected: &Elected,
+        mut compares: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<bool, ElectionError> {
+        compares.push(Compare::create_revision(elected.key.key(), CompareOp::Equal, elected.key.rev()));
+        let mut client = self.client.clone();
+        let resp = client
+            .txn(Txn::new().when(compares.clone()).and_then(ops))
+            .await
+            .map_err(ElectionError::Etcd)?;
+        if resp.succeeded() {
+            return Ok(true);
+        }
+        // Tell "deposed" from "another compare failed".
+        let leader_only = Txn::new()
+            .when(vec![Compare::create_revision(elected.key.key(), CompareOp::Equal, elected.key.rev())]);
+        let still = client.txn(leader_only).await.map_err(ElectionError::Etcd)?;
+        if still.succeeded() { Ok(false) } else { Err(ElectionError::Deposed(elected.term())) }
+    }
+}

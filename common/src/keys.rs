@@ -1,0 +1,74 @@
+//! The etcd key layout of one fleet: where the leader, the workers and the shard owners live.
+
+/// Key names under `/flotilla/<fleet>/`.
+///
+/// - `leader`: the election prefix; the newest key under it with the lowest create revision leads.
+/// - `workers/<id>`: one key per live worker, on that worker's lease; its value describes the worker.
+/// - `shards/<n>`: the worker owning shard `n`, on the owner's lease, so a dead worker's shards free
+///   themselves when its lease expires.
+#[derive(Debug, Clone)]
+pub struct FleetKeys {
+    root: String,
+}
+
+impl FleetKeys {
+    /// Keys of fleet `fleet`.
+    pub fn new(fleet: &str) -> Self {
+        Self { root: format!("/flotilla/{fleet}/") }
+    }
+
+    /// The election name coordinators campaign on.
+    pub fn election(&self) -> String {
+        format!("{}leader", self.root)
+    }
+
+    /// Prefix of all worker registrations.
+    pub fn workers_prefix(&self) -> String {
+        format!("{}workers/", self.root)
+    }
+
+    /// The registration key of worker `id`.
+    pub fn worker(&self, id: &str) -> String {
+        format!("{}{id}", self.workers_prefix())
+    }
+
+    /// Prefix of all shard ownership keys.
+    pub fn shards_prefix(&self) -> String {
+        format!("{}shards/", self.root)
+    }
+
+    /// The ownership key of shard `n`; zero-padded so keys sort by shard number.
+    pub fn shard(&self, n: u32) -> String {
+        format!("{}{n:05}", self.shards_prefix())
+    }
+
+    /// Parses the shard number out of an ownership key.
+    pub fn parse_shard(&self, key: &[u8]) -> Option<u32> {
+        std::str::from_utf8(key).ok()?.strip_prefix(&self.shards_prefix())?.parse().ok()
+    }
+
+    /// Parses the worker id out of a registration key.
+    pub fn parse_worker<'a>(&self, key: &'a [u8]) -> Option<&'a str> {
+        let key = std::str::from_utf8(key).ok()?;
+        key.strip_prefix(self.workers_prefix().as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_keys_round_trip_and_sort_by_number() {
+        let keys = FleetKeys::new("f");
+        assert_eq!(keys.parse_shard(keys.shard(42).as_bytes()), Some(42));
+        assert!(keys.shard(9) < keys.shard(10));
+        assert_eq!(keys.parse_shard(b"/flotilla/other/shards/00001"), None);
+    }
+
+    #[test]
+    fn worker_keys_round_trip() {
+        let keys = FleetKeys::new("f");
+        assert_eq!(keys.parse_worker(keys.worker("w-1").as_bytes()), Some("w-1"));
+    }
+}

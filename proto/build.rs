@@ -1,0 +1,7 @@
+//! Compiles the fleet protocol with protoc (Debian: protobuf-compiler).
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/flotilla/v1/fleet.proto");
+    tonic_prost_build::configure().compile_protos(&["proto/flotilla/v1/fleet.proto"], &["proto"])?;
+    Ok(())
+}
