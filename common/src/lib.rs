@@ -4,6 +4,7 @@
 
 mod etcd;
 mod keys;
+mod kind;
 mod kubeconfig;
 mod ops_server;
 mod shutdown;
@@ -11,6 +12,7 @@ mod telemetry;
 
 pub use etcd::{Elected, Election, ElectionError, LeaderInfo, Leadership, Session, SessionConfig, SessionError, connect_etcd};
 pub use keys::FleetKeys;
+pub use kind::{ResourceKind, split_key};
 pub use kubeconfig::{KubeConfigError, kube_client, kube_config};
 pub use ops_server::{Health, OpsServer, OpsServerError};
 pub use shutdown::shutdown_signal;
