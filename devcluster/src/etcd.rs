@@ -285,6 +285,7 @@ fn log_tail(path: &Path) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -292,7 +293,9 @@ mod tests {
     async fn a_started_server_answers_and_is_gone_after_drop() {
         let server = EtcdServer::start().await.unwrap();
         let endpoints = server.endpoints();
-        let mut client = etcd_client::Client::connect(&endpoints, None).await.unwrap();
+        let mut client = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .unwrap();
         client.put("k", "v", None).await.unwrap();
         let log = server.log_path().to_path_buf();
         assert!(log.exists());

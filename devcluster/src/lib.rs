@@ -6,3 +6,7 @@ mod etcd;
 mod simnodes;
 
 pub use etcd::{ETCD_BIN_ENV, EtcdError, EtcdServer};
+pub use simnodes::{
+    NODE_LEASE_NAMESPACE, NodeSimulator, SIMULATED_LABEL, SimConfig, SimError, SimNodesHandle,
+    control_router,
+};

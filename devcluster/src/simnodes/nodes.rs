@@ -1,0 +1,358 @@
+//! The simulated nodes: their identity (name, labels, addresses), registration, and the heartbeats
+//! a kubelet sends (the node Lease and the Ready condition).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use super::{SimConfig, SimError};
+
+/// The namespace kubelets keep their Leases in.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// The label every simulated node carries (value `true`), so tools can tell them apart.
+pub const SIMULATED_LABEL: &str = "flotilla.dev/simulated";
+
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// Who writes: the field manager of every simulator write.
+pub(crate) const FIELD_MANAGER: &str = "flotilla-simnodes";
+
+/// One simulated node's identity. Addresses are derived from the index, so they are stable across
+/// restarts of the simulator.
+#[derive(Debug)]
+pub(crate) struct SimNode {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    index: u32,
+    next_pod_ip: AtomicU32,
+}
+
+impl SimNode {
+    pub(crate) fn new(prefix: &str, index: u32) -> Self {
+        let name = format!("{prefix}{index}");
+        let labels = BTreeMap::from([
+            ("kubernetes.io/hostname".to_string(), name.clone()),
+            ("kubernetes.io/os".to_string(), "linux".to_string()),
+            ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+            (
+                "node.kubernetes.io/instance-type".to_string(),
+                "simulated".to_string(),
+            ),
+            (
+                "topology.kubernetes.io/zone".to_string(),
+                format!("sim-zone-{}", index % 3),
+            ),
+            (SIMULATED_LABEL.to_string(), "true".to_string()),
+        ]);
+        SimNode {
+            name,
+            labels,
+            index,
+            next_pod_ip: AtomicU32::new(0),
+        }
+    }
+
+    /// The node's InternalIP: 172.16.0.0/12, one address per node.
+    pub(crate) fn host_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(Ipv4Addr::new(172, 16, 0, 2)) + self.index)
+    }
+
+    /// The node's pod range: one /24 per node out of 10.128.0.0/9.
+    pub(crate) fn pod_cidr(&self) -> String {
+        format!("{}/24", self.pod_base())
+    }
+
+    fn pod_base(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 128, 0, 0)) + self.index * 256)
+    }
+
+    /// The next pod IP of this node's range, cycling through .1 to .254.
+    pub(crate) fn allocate_pod_ip(&self) -> Ipv4Addr {
+        let n = self.next_pod_ip.fetch_add(1, Ordering::Relaxed) % 254 + 1;
+        Ipv4Addr::from(u32::from(self.pod_base()) + n)
+    }
+
+    fn object(&self) -> Node {
+        let mut node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": self.labels,
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "spec": {"podCIDR": self.pod_cidr(), "podCIDRs": [self.pod_cidr()]},
+        }))
+        .unwrap_or_default();
+        node.metadata.name = Some(self.name.clone());
+        node
+    }
+
+    fn status(&self, config: &SimConfig, since: &Value, now: &Value) -> Value {
+        let resources = json!({
+            "cpu": config.cpu,
+            "memory": config.memory,
+            "pods": config.max_pods.to_string(),
+            "ephemeral-storage": "100Gi",
+        });
+        let quiet = |kind: &str, reason: &str, message: &str| {
+            json!({"type": kind, "status": "False", "reason": reason, "message": message,
+                   "lastHeartbeatTime": now, "lastTransitionTime": since})
+        };
+        json!({"status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                quiet("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                quiet("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                quiet("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "message": "kubelet is posting ready status (simulated by flotilla)",
+                 "lastHeartbeatTime": now, "lastTransitionTime": since},
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": self.host_ip().to_string()},
+                {"type": "Hostname", "address": self.name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": format!("flotilla-sim-boot-{}", self.index),
+                "containerRuntimeVersion": "flotilla-sim://0.1.0",
+                "kernelVersion": "6.1.0-flotilla-sim",
+                "kubeProxyVersion": "",
+                "kubeletVersion": "v1.35.0-flotilla-sim",
+                "machineID": format!("flotilla-sim-machine-{}", self.index),
+                "operatingSystem": "linux",
+                "osImage": "Flotilla simulated node",
+                "systemUUID": format!("flotilla-sim-{}", self.index),
+            },
+        }})
+    }
+}
+
+/// Registers `node` (or adopts it when it already exists), reports it Ready and removes the
+/// not-ready taint that admission put on it.
+pub(crate) async fn register(
+    client: &kube::Client,
+    config: &SimConfig,
+    node: &SimNode,
+) -> Result<(), SimError> {
+    let api: Api<Node> = Api::all(client.clone());
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    match api.create(&params, &node.object()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(source) => return Err(api_error(format!("create node {}", node.name), source)),
+    }
+    let now = time_now();
+    let status = node.status(config, &now, &now);
+    api.patch_status(&node.name, &patch_params(), &Patch::Merge(&status))
+        .await
+        .map_err(|e| api_error(format!("report node {} Ready", node.name), e))?;
+    remove_not_ready_taint(&api, &node.name).await
+}
+
+async fn remove_not_ready_taint(api: &Api<Node>, name: &str) -> Result<(), SimError> {
+    // The resourceVersion in the patch makes it conditional: a concurrent taint change is retried,
+    // not overwritten.
+    for _ in 0..5 {
+        let current = api
+            .get(name)
+            .await
+            .map_err(|e| api_error(format!("get node {name}"), e))?;
+        let taints = current
+            .spec
+            .and_then(|spec| spec.taints)
+            .unwrap_or_default();
+        let kept: Vec<_> = taints.iter().filter(|t| t.key != NOT_READY_TAINT).collect();
+        if kept.len() == taints.len() {
+            return Ok(());
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": current.metadata.resource_version},
+            "spec": {"taints": if kept.is_empty() { Value::Null } else { json!(kept) }},
+        });
+        match api
+            .patch(name, &patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => {
+                return Err(api_error(
+                    format!("remove the not-ready taint of {name}"),
+                    e,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates the `kube-node-lease` namespace unless it exists.
+pub(crate) async fn ensure_lease_namespace(client: &kube::Client) -> Result<(), SimError> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NODE_LEASE_NAMESPACE}
+    }))
+    .unwrap_or_default();
+    match api.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(api_error(
+            format!("create namespace {NODE_LEASE_NAMESPACE}"),
+            e,
+        )),
+    }
+}
+
+/// Renews the node's Lease, creating it (owned by the Node, as kubelet does) when missing.
+pub(crate) async fn renew_lease(
+    client: &kube::Client,
+    config: &SimConfig,
+    name: &str,
+) -> Result<(), SimError> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+    let now = serde_json::to_value(MicroTime(Timestamp::now())).unwrap_or(Value::Null);
+    let spec = json!({
+        "holderIdentity": name,
+        "leaseDurationSeconds": config.lease_duration_seconds,
+        "renewTime": now,
+    });
+    let patch = json!({"spec": spec});
+    match api
+        .patch(name, &patch_params(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => return Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => return Err(api_error(format!("renew the lease of {name}"), e)),
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes
+        .get(name)
+        .await
+        .map_err(|e| api_error(format!("get node {name}"), e))?;
+    let lease: Lease = serde_json::from_value(json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": name,
+            "namespace": NODE_LEASE_NAMESPACE,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
+                                 "uid": node.metadata.uid.unwrap_or_default()}],
+        },
+        "spec": spec,
+    }))
+    .unwrap_or_default();
+    match api.create(&PostParams::default(), &lease).await {
+        Ok(_) => Ok(()),
+        // Someone created it between our patch and create: the next tick renews it.
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(api_error(format!("create the lease of {name}"), e)),
+    }
+}
+
+/// Refreshes `lastHeartbeatTime` of the node's conditions (keeping `lastTransitionTime`).
+pub(crate) async fn report_status(
+    client: &kube::Client,
+    config: &SimConfig,
+    node: &SimNode,
+) -> Result<(), SimError> {
+    let api: Api<Node> = Api::all(client.clone());
+    let current = api
+        .get_status(&node.name)
+        .await
+        .map_err(|e| api_error(format!("get node {}", node.name), e))?;
+    let now = time_now();
+    let since = current
+        .status
+        .and_then(|status| status.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .and_then(|c| c.last_transition_time)
+        .and_then(|t| serde_json::to_value(t).ok())
+        .unwrap_or_else(|| now.clone());
+    let status = node.status(config, &since, &now);
+    api.patch_status(&node.name, &patch_params(), &Patch::Merge(&status))
+        .await
+        .map_err(|e| api_error(format!("report the status of {}", node.name), e))?;
+    Ok(())
+}
+
+pub(crate) fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
+pub(crate) fn time_now() -> Value {
+    serde_json::to_value(Time(Timestamp::now())).unwrap_or(Value::Null)
+}
+
+pub(crate) fn api_error(what: String, source: kube::Error) -> SimError {
+    SimError::Api { what, source }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_get_distinct_stable_addresses() {
+        let a = SimNode::new("sim-node-", 0);
+        let b = SimNode::new("sim-node-", 1);
+        assert_eq!(a.name, "sim-node-0");
+        assert_eq!(a.host_ip(), Ipv4Addr::new(172, 16, 0, 2));
+        assert_eq!(b.host_ip(), Ipv4Addr::new(172, 16, 0, 3));
+        assert_eq!(a.pod_cidr(), "10.128.0.0/24");
+        assert_eq!(b.pod_cidr(), "10.128.1.0/24");
+    }
+
+    #[test]
+    fn pod_ips_stay_inside_the_node_range() {
+        let node = SimNode::new("sim-node-", 2);
+        let first = node.allocate_pod_ip();
+        assert_eq!(first, Ipv4Addr::new(10, 128, 2, 1));
+        for _ in 0..600 {
+            let ip = node.allocate_pod_ip().octets();
+            assert_eq!(&ip[..3], &[10, 128, 2]);
+            assert!((1..=254).contains(&ip[3]));
+        }
+    }
+
+    #[test]
+    fn the_node_object_carries_labels_and_pod_cidr() {
+        let node = SimNode::new("n-", 4).object();
+        assert_eq!(node.metadata.name.as_deref(), Some("n-4"));
+        let labels = node.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get("kubernetes.io/hostname").map(String::as_str),
+            Some("n-4")
+        );
+        assert_eq!(
+            labels.get(SIMULATED_LABEL).map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            node.spec.and_then(|s| s.pod_cidr).as_deref(),
+            Some("10.128.4.0/24")
+        );
+    }
+}
