@@ -7,6 +7,7 @@ mod keys;
 mod kind;
 mod kubeconfig;
 mod ops_server;
+mod selector;
 mod shutdown;
 mod telemetry;
 
@@ -15,5 +16,6 @@ pub use keys::FleetKeys;
 pub use kind::{ResourceKind, split_key};
 pub use kubeconfig::{KubeConfigError, kube_client, kube_config};
 pub use ops_server::{Health, OpsServer, OpsServerError};
+pub use selector::{LabelSelector, SelectorError};
 pub use shutdown::shutdown_signal;
 pub use telemetry::{LogFormat, init_logging};

@@ -1,0 +1,729 @@
+//! Kubernetes label selectors: the string form (`a=b,c!=d,e in (x,y),f notin (z),g,!h`), the JSON
+//! `LabelSelector` (matchLabels + matchExpressions) and the plain map of a Service's `spec.selector`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
+
+/// Why a selector could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// A comma-separated part of the string form is empty (`a=b,,c`).
+    #[error("empty requirement in label selector {0:?}")]
+    EmptyRequirement(String),
+    /// Parentheses do not pair up.
+    #[error("unbalanced parentheses in label selector {0:?}")]
+    UnbalancedParentheses(String),
+    /// The key is not a valid label key (`[prefix/]name`).
+    #[error("invalid label key {key:?}: {reason}")]
+    InvalidKey {
+        /// The offending key.
+        key: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A value is not a valid label value.
+    #[error(
+        "invalid label value {value:?} for key {key:?}: at most 63 characters, alphanumeric at both ends, `-`, `_` or `.` inside"
+    )]
+    InvalidValue {
+        /// The key the value belongs to.
+        key: String,
+        /// The offending value.
+        value: String,
+    },
+    /// What follows the key is not an operator this grammar knows.
+    #[error(
+        "unexpected {rest:?} after key {key:?} in label selector: expected `=`, `==`, `!=`, `in (…)`, `notin (…)` or nothing"
+    )]
+    UnexpectedOperator {
+        /// The key before the garbage.
+        key: String,
+        /// The rest of the requirement.
+        rest: String,
+    },
+    /// `in` / `notin` without a parenthesised list.
+    #[error("{operator} for key {key:?} needs a parenthesised list of values, got {rest:?}")]
+    MissingValueList {
+        /// The key.
+        key: String,
+        /// `in`, `notin`, `In` or `NotIn`.
+        operator: String,
+        /// What was found instead.
+        rest: String,
+    },
+    /// `in ()` / `notin ()` or matchExpressions In/NotIn without values.
+    #[error("{operator} for key {key:?} needs at least one value")]
+    EmptyValueSet {
+        /// The key.
+        key: String,
+        /// The operator.
+        operator: String,
+    },
+    /// matchExpressions Exists/DoesNotExist with values.
+    #[error("{operator} for key {key:?} takes no values")]
+    UnexpectedValues {
+        /// The key.
+        key: String,
+        /// The operator.
+        operator: String,
+    },
+    /// matchExpressions with an operator other than In, NotIn, Exists, DoesNotExist.
+    #[error("unknown label selector operator {operator:?} for key {key:?}")]
+    UnknownOperator {
+        /// The key.
+        key: String,
+        /// The operator found.
+        operator: String,
+    },
+    /// The JSON is not a LabelSelector or a map of strings.
+    #[error("malformed label selector json: {0}")]
+    MalformedJson(String),
+}
+
+/// What a requirement demands of one label.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Operator {
+    /// The label exists with one of the values (`=`, `==`, `in`).
+    In(BTreeSet<String>),
+    /// The label is missing or has none of the values (`!=`, `notin`).
+    NotIn(BTreeSet<String>),
+    Exists,
+    DoesNotExist,
+}
+
+/// One comma-separated part of a selector.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Requirement {
+    key: String,
+    op: Operator,
+}
+
+impl Requirement {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match &self.op {
+            Operator::In(values) => value.is_some_and(|v| values.contains(v)),
+            Operator::NotIn(values) => value.is_none_or(|v| !values.contains(v)),
+            Operator::Exists => value.is_some(),
+            Operator::DoesNotExist => value.is_none(),
+        }
+    }
+}
+
+impl fmt::Display for Requirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |values: &BTreeSet<String>| {
+            values
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match &self.op {
+            Operator::In(values) if values.len() == 1 => write!(f, "{}={}", self.key, list(values)),
+            Operator::In(values) => write!(f, "{} in ({})", self.key, list(values)),
+            Operator::NotIn(values) if values.len() == 1 => {
+                write!(f, "{}!={}", self.key, list(values))
+            }
+            Operator::NotIn(values) => write!(f, "{} notin ({})", self.key, list(values)),
+            Operator::Exists => write!(f, "{}", self.key),
+            Operator::DoesNotExist => write!(f, "!{}", self.key),
+        }
+    }
+}
+
+/// A label selector: a conjunction of requirements on labels, or "nothing".
+///
+/// Two empty forms differ on purpose, as in Kubernetes: an empty string or an empty
+/// `LabelSelector` (`{}`) selects **everything** ([`LabelSelector::from_label_selector`],
+/// [`LabelSelector::parse`]), while an empty plain map (a Service without `spec.selector`)
+/// selects **nothing** ([`LabelSelector::from_map`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelSelector {
+    /// Sorted by key then operator, so equal selectors print equally.
+    requirements: Vec<Requirement>,
+    /// Set by an empty plain map: no label set matches.
+    nothing: bool,
+}
+
+impl LabelSelector {
+    /// The selector that matches every label set (an empty string).
+    pub fn everything() -> Self {
+        Self {
+            requirements: Vec::new(),
+            nothing: false,
+        }
+    }
+
+    /// The selector that matches no label set.
+    pub fn nothing() -> Self {
+        Self {
+            requirements: Vec::new(),
+            nothing: true,
+        }
+    }
+
+    /// Parses the string form: comma-separated requirements `k=v`, `k==v`, `k!=v`, `k in (v1,v2)`,
+    /// `k notin (v1)`, `k` (exists) and `!k` (does not exist). An empty or all-blank string selects
+    /// everything.
+    ///
+    /// # Errors
+    /// [`SelectorError`] naming the requirement that is malformed: empty parts, unbalanced
+    /// parentheses, invalid keys or values, unknown operators, empty value lists.
+    pub fn parse(input: &str) -> Result<Self, SelectorError> {
+        if input.trim().is_empty() {
+            return Ok(Self::everything());
+        }
+        let requirements = split_top_level(input)?
+            .into_iter()
+            .map(|part| parse_requirement(input, part))
+            .collect::<Result<_, _>>()?;
+        Ok(Self::from_requirements(requirements))
+    }
+
+    /// The selector of a plain label map, as a Service's `spec.selector`: every pair must match.
+    /// An **empty** map selects **nothing** (a Service without a selector has no pods).
+    pub fn from_map(labels: &BTreeMap<String, String>) -> Self {
+        if labels.is_empty() {
+            return Self::nothing();
+        }
+        Self::from_requirements(
+            labels
+                .iter()
+                .map(|(k, v)| Requirement {
+                    key: k.clone(),
+                    op: Operator::In(BTreeSet::from([v.clone()])),
+                })
+                .collect(),
+        )
+    }
+
+    /// The selector of a JSON plain label map (`{"app": "web"}`); see [`LabelSelector::from_map`].
+    ///
+    /// # Errors
+    /// [`SelectorError::MalformedJson`] when the value is not an object of strings (`null` is an
+    /// empty map and selects nothing).
+    pub fn from_map_json(value: &serde_json::Value) -> Result<Self, SelectorError> {
+        if value.is_null() {
+            return Ok(Self::nothing());
+        }
+        let map: BTreeMap<String, String> = serde_json::from_value(value.clone())
+            .map_err(|e| SelectorError::MalformedJson(e.to_string()))?;
+        Ok(Self::from_map(&map))
+    }
+
+    /// The selector of a Kubernetes `LabelSelector` (matchLabels AND matchExpressions).
+    /// An **empty** `LabelSelector` selects **everything**, as the API defines it.
+    ///
+    /// # Errors
+    /// [`SelectorError`] for an unknown operator, In/NotIn without values, Exists/DoesNotExist with
+    /// values, or invalid keys and values.
+    pub fn from_label_selector(selector: &metav1::LabelSelector) -> Result<Self, SelectorError> {
+        let mut requirements = Vec::new();
+        for (key, value) in selector.match_labels.iter().flatten() {
+            validate_key(key)?;
+            validate_value(key, value)?;
+            requirements.push(Requirement {
+                key: key.clone(),
+                op: Operator::In(BTreeSet::from([value.clone()])),
+            });
+        }
+        for expr in selector.match_expressions.iter().flatten() {
+            validate_key(&expr.key)?;
+            let values = expr.values.clone().unwrap_or_default();
+            let set = |values: Vec<String>| -> Result<BTreeSet<String>, SelectorError> {
+                if values.is_empty() {
+                    return Err(SelectorError::EmptyValueSet {
+                        key: expr.key.clone(),
+                        operator: expr.operator.clone(),
+                    });
+                }
+                values
+                    .iter()
+                    .try_for_each(|v| validate_value(&expr.key, v))?;
+                Ok(values.into_iter().collect())
+            };
+            let none = |op: Operator| -> Result<Operator, SelectorError> {
+                if values.is_empty() {
+                    Ok(op)
+                } else {
+                    Err(SelectorError::UnexpectedValues {
+                        key: expr.key.clone(),
+                        operator: expr.operator.clone(),
+                    })
+                }
+            };
+            let op = match expr.operator.as_str() {
+                "In" => Operator::In(set(values.clone())?),
+                "NotIn" => Operator::NotIn(set(values.clone())?),
+                "Exists" => none(Operator::Exists)?,
+                "DoesNotExist" => none(Operator::DoesNotExist)?,
+                other => {
+                    return Err(SelectorError::UnknownOperator {
+                        key: expr.key.clone(),
+                        operator: other.to_owned(),
+                    });
+                }
+            };
+            requirements.push(Requirement {
+                key: expr.key.clone(),
+                op,
+            });
+        }
+        Ok(Self::from_requirements(requirements))
+    }
+
+    /// The selector of a JSON `LabelSelector`; see [`LabelSelector::from_label_selector`].
+    /// `null` is an absent selector and selects everything.
+    ///
+    /// # Errors
+    /// [`SelectorError::MalformedJson`] when the JSON does not have the LabelSelector shape, else
+    /// as [`LabelSelector::from_label_selector`].
+    pub fn from_label_selector_json(value: &serde_json::Value) -> Result<Self, SelectorError> {
+        if value.is_null() {
+            return Ok(Self::everything());
+        }
+        let selector: metav1::LabelSelector = serde_json::from_value(value.clone())
+            .map_err(|e| SelectorError::MalformedJson(e.to_string()))?;
+        Self::from_label_selector(&selector)
+    }
+
+    /// Whether the labels satisfy every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        !self.nothing && self.requirements.iter().all(|r| r.matches(labels))
+    }
+
+    /// Whether this selector matches every label set (no requirements).
+    pub fn is_everything(&self) -> bool {
+        !self.nothing && self.requirements.is_empty()
+    }
+
+    fn from_requirements(mut requirements: Vec<Requirement>) -> Self {
+        requirements.sort();
+        requirements.dedup();
+        Self {
+            requirements,
+            nothing: false,
+        }
+    }
+}
+
+impl FromStr for LabelSelector {
+    type Err = SelectorError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// Prints the string form, which [`LabelSelector::parse`] reads back to an equivalent selector.
+/// The "nothing" selector has no string form in Kubernetes; it prints as a contradiction
+/// (`x,!x` on a reserved key) so that what is parsed back still selects nothing.
+impl fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.nothing {
+            return write!(f, "{NOTHING_KEY},!{NOTHING_KEY}");
+        }
+        let parts: Vec<String> = self.requirements.iter().map(ToString::to_string).collect();
+        write!(f, "{}", parts.join(","))
+    }
+}
+
+const NOTHING_KEY: &str = "flotilla.io/nothing";
+
+/// Splits at commas outside parentheses.
+fn split_top_level(input: &str) -> Result<Vec<&str>, SelectorError> {
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, c) in input.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth = depth
+                    .checked_sub(1)
+                    .ok_or_else(|| SelectorError::UnbalancedParentheses(input.into()))?
+            }
+            ',' if depth == 0 => {
+                parts.push(&input[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err(SelectorError::UnbalancedParentheses(input.into()));
+    }
+    parts.push(&input[start..]);
+    Ok(parts)
+}
+
+fn parse_requirement(input: &str, part: &str) -> Result<Requirement, SelectorError> {
+    let part = part.trim();
+    if part.is_empty() {
+        return Err(SelectorError::EmptyRequirement(input.into()));
+    }
+    if let Some(key) = part.strip_prefix('!') {
+        let key = key.trim();
+        validate_key(key)?;
+        return Ok(Requirement {
+            key: key.into(),
+            op: Operator::DoesNotExist,
+        });
+    }
+    let key_end = part.find(|c: char| !is_key_char(c)).unwrap_or(part.len());
+    let (key, rest) = part.split_at(key_end);
+    validate_key(key)?;
+    let rest = rest.trim_start();
+    let single = |value: &str| -> Result<BTreeSet<String>, SelectorError> {
+        let value = value.trim();
+        validate_value(key, value)?;
+        Ok(BTreeSet::from([value.to_owned()]))
+    };
+    let op = if rest.is_empty() {
+        Operator::Exists
+    } else if let Some(value) = rest.strip_prefix("!=") {
+        Operator::NotIn(single(value)?)
+    } else if let Some(value) = rest.strip_prefix("==").or_else(|| rest.strip_prefix('=')) {
+        Operator::In(single(value)?)
+    } else if let Some(list) = keyword(rest, "notin") {
+        Operator::NotIn(parse_value_list(key, "notin", list)?)
+    } else if let Some(list) = keyword(rest, "in") {
+        Operator::In(parse_value_list(key, "in", list)?)
+    } else {
+        return Err(SelectorError::UnexpectedOperator {
+            key: key.into(),
+            rest: rest.into(),
+        });
+    };
+    Ok(Requirement {
+        key: key.into(),
+        op,
+    })
+}
+
+/// `rest` without the leading word `word`, if the word stands alone (followed by a blank or `(`).
+fn keyword<'a>(rest: &'a str, word: &str) -> Option<&'a str> {
+    let after = rest.strip_prefix(word)?;
+    (after.starts_with(char::is_whitespace) || after.starts_with('(')).then(|| after.trim())
+}
+
+fn parse_value_list(
+    key: &str,
+    operator: &str,
+    list: &str,
+) -> Result<BTreeSet<String>, SelectorError> {
+    let inner = list
+        .strip_prefix('(')
+        .and_then(|l| l.strip_suffix(')'))
+        .ok_or_else(|| SelectorError::MissingValueList {
+            key: key.into(),
+            operator: operator.into(),
+            rest: list.into(),
+        })?;
+    if inner.trim().is_empty() {
+        return Err(SelectorError::EmptyValueSet {
+            key: key.into(),
+            operator: operator.into(),
+        });
+    }
+    inner
+        .split(',')
+        .map(|v| {
+            let v = v.trim();
+            validate_value(key, v)?;
+            Ok(v.to_owned())
+        })
+        .collect()
+}
+
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')
+}
+
+/// A qualified name: `[dns-subdomain/]name`, name at most 63 characters.
+fn validate_key(key: &str) -> Result<(), SelectorError> {
+    let invalid = |reason| {
+        Err(SelectorError::InvalidKey {
+            key: key.into(),
+            reason,
+        })
+    };
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() || prefix.len() > 253 {
+            return invalid("the prefix must be a DNS subdomain of 1 to 253 characters");
+        }
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if !prefix.split('.').all(label_ok) {
+            return invalid("the prefix must be a lowercase DNS subdomain");
+        }
+    }
+    if name.is_empty() {
+        return invalid("the name part must not be empty");
+    }
+    if !is_name(name) {
+        return invalid(
+            "the name part must be at most 63 characters, alphanumeric at both ends, `-`, `_` or `.` inside",
+        );
+    }
+    Ok(())
+}
+
+fn validate_value(key: &str, value: &str) -> Result<(), SelectorError> {
+    if value.is_empty() || is_name(value) {
+        Ok(())
+    } else {
+        Err(SelectorError::InvalidValue {
+            key: key.into(),
+            value: value.into(),
+        })
+    }
+}
+
+/// At most 63 characters, `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`.
+fn is_name(s: &str) -> bool {
+    let alnum_end = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    s.len() <= 63
+        && alnum_end(s.chars().next())
+        && alnum_end(s.chars().last())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn every_operator_of_the_string_form_matches_as_kubernetes_does() {
+        let s = LabelSelector::parse("a=b, c!=d, e in (x, y), f notin (z), g, !h, i==j").unwrap();
+        let good = labels(&[
+            ("a", "b"),
+            ("c", "x"),
+            ("e", "y"),
+            ("f", "w"),
+            ("g", ""),
+            ("i", "j"),
+        ]);
+        assert!(s.matches(&good));
+        for (k, v) in [
+            ("a", "c"),
+            ("c", "d"),
+            ("e", "q"),
+            ("f", "z"),
+            ("h", "1"),
+            ("i", "k"),
+        ] {
+            let mut bad = good.clone();
+            bad.insert(k.into(), v.into());
+            assert!(!s.matches(&bad), "{k}={v} should break the match");
+        }
+        let mut missing_g = good.clone();
+        missing_g.remove("g");
+        assert!(!s.matches(&missing_g));
+    }
+
+    #[test]
+    fn not_equal_and_notin_match_when_the_label_is_absent() {
+        let s = LabelSelector::parse("c!=d,f notin (z)").unwrap();
+        assert!(s.matches(&BTreeMap::new()));
+    }
+
+    #[test]
+    fn an_empty_string_selects_everything() {
+        let s = LabelSelector::parse("  ").unwrap();
+        assert!(s.is_everything());
+        assert!(s.matches(&BTreeMap::new()));
+        assert!(s.matches(&labels(&[("a", "b")])));
+    }
+
+    #[test]
+    fn an_empty_map_selects_nothing_but_an_empty_label_selector_selects_everything() {
+        assert!(!LabelSelector::from_map(&BTreeMap::new()).matches(&labels(&[("a", "b")])));
+        assert!(
+            !LabelSelector::from_map_json(&serde_json::json!({}))
+                .unwrap()
+                .matches(&BTreeMap::new())
+        );
+        let all = LabelSelector::from_label_selector_json(&serde_json::json!({})).unwrap();
+        assert!(all.matches(&labels(&[("a", "b")])));
+    }
+
+    #[test]
+    fn the_nothing_selector_prints_to_a_string_that_still_selects_nothing() {
+        let printed = LabelSelector::nothing().to_string();
+        let reparsed = LabelSelector::parse(&printed).unwrap();
+        assert!(!reparsed.matches(&labels(&[(NOTHING_KEY, "")])));
+        assert!(!reparsed.matches(&BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_plain_map_requires_every_pair() {
+        let s =
+            LabelSelector::from_map_json(&serde_json::json!({"app": "web", "tier": "fe"})).unwrap();
+        assert!(s.matches(&labels(&[("app", "web"), ("tier", "fe"), ("x", "y")])));
+        assert!(!s.matches(&labels(&[("app", "web")])));
+    }
+
+    #[test]
+    fn a_label_selector_combines_match_labels_and_expressions() {
+        let s = LabelSelector::from_label_selector_json(&serde_json::json!({
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [
+                {"key": "env", "operator": "In", "values": ["prod", "staging"]},
+                {"key": "canary", "operator": "DoesNotExist"},
+                {"key": "tier", "operator": "Exists"},
+                {"key": "zone", "operator": "NotIn", "values": ["z1"]},
+            ],
+        }))
+        .unwrap();
+        assert!(s.matches(&labels(&[("app", "web"), ("env", "prod"), ("tier", "x")])));
+        assert!(!s.matches(&labels(&[
+            ("app", "web"),
+            ("env", "prod"),
+            ("tier", "x"),
+            ("canary", "1")
+        ])));
+        assert!(!s.matches(&labels(&[("app", "web"), ("env", "dev"), ("tier", "x")])));
+        assert!(!s.matches(&labels(&[
+            ("app", "web"),
+            ("env", "prod"),
+            ("tier", "x"),
+            ("zone", "z1")
+        ])));
+        assert_eq!(
+            s.to_string(),
+            "app=web,!canary,env in (prod,staging),tier,zone!=z1"
+        );
+    }
+
+    #[test]
+    fn malformed_label_selectors_are_errors() {
+        let cases = [
+            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Near"}]}),
+            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]}),
+            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}),
+            serde_json::json!({"matchLabels": {"a": 5}}),
+            serde_json::json!({"matchLabels": {"bad key": "x"}}),
+            serde_json::json!("a=b"),
+        ];
+        for case in cases {
+            assert!(
+                LabelSelector::from_label_selector_json(&case).is_err(),
+                "{case} should be rejected"
+            );
+        }
+        assert!(LabelSelector::from_map_json(&serde_json::json!({"a": {"b": "c"}})).is_err());
+    }
+
+    #[test]
+    fn malformed_strings_are_errors_with_clear_messages() {
+        let cases = [
+            ("a=b,,c", "empty requirement"),
+            ("a in (x", "unbalanced"),
+            ("a in x)", "unbalanced"),
+            ("a in ()", "at least one value"),
+            ("a in x", "parenthesised list"),
+            ("a > 3", "unexpected"),
+            ("a=b c", "invalid label value"),
+            ("-a=b", "invalid label key"),
+            ("Foo.com/a=b", "invalid label key"),
+            ("/a", "invalid label key"),
+            ("a=-x", "invalid label value"),
+            ("!", "invalid label key"),
+        ];
+        for (input, message) in cases {
+            let err = LabelSelector::parse(input).expect_err(input).to_string();
+            assert!(
+                err.contains(message),
+                "{input:?} gave {err:?}, expected it to mention {message:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn prefixed_keys_and_empty_values_parse() {
+        let s = LabelSelector::parse("app.kubernetes.io/name=web,empty=,x in (,y)").unwrap();
+        assert!(s.matches(&labels(&[
+            ("app.kubernetes.io/name", "web"),
+            ("empty", ""),
+            ("x", "")
+        ])));
+        assert!(!s.matches(&labels(&[
+            ("app.kubernetes.io/name", "web"),
+            ("empty", "v"),
+            ("x", "")
+        ])));
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("a".to_owned()),
+            Just("b".to_owned()),
+            Just("app.kubernetes.io/c".to_owned()),
+            "[a-z][a-z0-9]{0,3}"
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("x".to_owned()),
+            Just("y".to_owned()),
+            "[A-Za-z0-9]([-_.a-z0-9]{0,3}[a-z0-9])?"
+        ]
+    }
+
+    fn requirement() -> impl Strategy<Value = Requirement> {
+        let set = || proptest::collection::btree_set(value(), 1..4);
+        let op = prop_oneof![
+            set().prop_map(Operator::In),
+            set().prop_map(Operator::NotIn),
+            Just(Operator::Exists),
+            Just(Operator::DoesNotExist),
+        ];
+        (name(), op).prop_map(|(key, op)| Requirement { key, op })
+    }
+
+    proptest! {
+        #[test]
+        fn a_printed_selector_reparses_to_one_that_matches_the_same_label_sets(
+            reqs in proptest::collection::vec(requirement(), 0..5),
+            sets in proptest::collection::vec(proptest::collection::btree_map(name(), value(), 0..4), 1..8),
+        ) {
+            let selector = LabelSelector::from_requirements(reqs);
+            let reparsed = LabelSelector::parse(&selector.to_string()).unwrap();
+            prop_assert_eq!(&reparsed, &selector);
+            for labels in &sets {
+                prop_assert_eq!(reparsed.matches(labels), selector.matches(labels));
+            }
+        }
+
+        #[test]
+        fn parsing_arbitrary_text_never_panics(input in ".{0,40}") {
+            let _ = LabelSelector::parse(&input);
+        }
+    }
+}
