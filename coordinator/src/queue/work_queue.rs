@@ -1,0 +1,236 @@
+//! The workqueue of one controller: client-go's queue, delaying queue and rate-limiting queue as one
+//! synchronous value owned by a single task.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::delaying::Waiting;
+use super::metrics::QueueMetrics;
+use super::rate_limiter::RateLimiter;
+
+/// Longest delay `add_after` honours; longer ones are clamped so `now + delay` cannot overflow.
+const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The workqueue of one controller, with client-go's guarantees:
+///
+/// * a key is queued at most once however often it is added (dirty set);
+/// * a key is handed out by [`WorkQueue::get`] to at most one processor at a time (processing set);
+/// * a key added while it is processed is queued again when [`WorkQueue::done`] is called, once;
+/// * keys come out in the order they became ready.
+///
+/// It has no locks and no tasks: one owner (the dispatcher) calls it, reads time from tokio's clock, and must
+/// call [`WorkQueue::promote_due`] when [`WorkQueue::next_deadline`] passes and
+/// [`WorkQueue::update_unfinished_work`] every 500 ms (client-go's period).
+pub struct WorkQueue<K: Clone + Eq + Hash> {
+    name: String,
+    /// Keys ready to hand out, oldest first. No duplicates; every key here is in `dirty` and not in
+    /// `processing`.
+    queue: VecDeque<K>,
+    /// Keys that need (another) run, with the time they were first added since their last `get`.
+    /// `dirty ⊇ queue`, and a dirty key missing from `queue` is in `processing`: `done` queues it again.
+    dirty: HashMap<K, Instant>,
+    /// Keys handed out by `get` and not yet `done`, with the time they were handed out. Disjoint from `queue`.
+    processing: HashMap<K, Instant>,
+    /// Keys waiting out an `add_after` delay; independent of the sets above (a key may wait and be queued).
+    waiting: Waiting<K>,
+    rate_limiter: Box<dyn RateLimiter<K> + Send>,
+    metrics: QueueMetrics,
+    /// Once set, nothing is queued again and `get` returns `None`.
+    shutting_down: bool,
+}
+
+impl<K: Clone + Eq + Hash> WorkQueue<K> {
+    /// An empty queue called `name` (the controller; used in logs) that backs off with `rate_limiter` and
+    /// reports to `metrics`.
+    pub fn new(
+        name: &str,
+        rate_limiter: Box<dyn RateLimiter<K> + Send>,
+        metrics: QueueMetrics,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            queue: VecDeque::new(),
+            dirty: HashMap::new(),
+            processing: HashMap::new(),
+            waiting: Waiting::default(),
+            rate_limiter,
+            metrics,
+            shutting_down: false,
+        }
+    }
+
+    /// The name given to [`WorkQueue::new`].
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Marks `key` as needing a run. A key already queued stays where it is; a key being processed is queued
+    /// again after its [`WorkQueue::done`]. Dropped after [`WorkQueue::shut_down`].
+    pub fn add(&mut self, key: K) {
+        if self.shutting_down || self.dirty.contains_key(&key) {
+            return;
+        }
+        self.metrics.adds.inc();
+        if !self.processing.contains_key(&key) {
+            self.queue.push_back(key.clone());
+        }
+        self.dirty.insert(key, Instant::now());
+        self.update_depth();
+    }
+
+    /// Hands out the oldest ready key and moves it to processing, or `None` when nothing is ready or the
+    /// queue is shut down. Never blocks: the owner waits for its own wake-ups.
+    ///
+    /// The caller must call [`WorkQueue::done`] exactly once for every key it gets; until then the key is not
+    /// handed out again.
+    pub fn get(&mut self) -> Option<K> {
+        if self.shutting_down {
+            return None;
+        }
+        let key = self.queue.pop_front()?;
+        let now = Instant::now();
+        if let Some(added) = self.dirty.remove(&key) {
+            self.metrics
+                .queue_duration
+                .observe(now.saturating_duration_since(added).as_secs_f64());
+        }
+        self.processing.insert(key.clone(), now);
+        self.update_depth();
+        Some(key)
+    }
+
+    /// Ends the processing of `key` (returned by [`WorkQueue::get`]); if it was added meanwhile, it is queued
+    /// again. A key that is not being processed is ignored.
+    pub fn done(&mut self, key: &K) {
+        let Some(started) = self.processing.remove(key) else {
+            return;
+        };
+        self.metrics.work_duration.observe(
+            Instant::now()
+                .saturating_duration_since(started)
+                .as_secs_f64(),
+        );
+        if !self.shutting_down && self.dirty.contains_key(key) {
+            self.queue.push_back(key.clone());
+        }
+    }
+
+    /// Adds `key` once `delay` has passed (immediately when it is zero). A key already waiting keeps the earlier
+    /// of its two ready times. Delays over a year are clamped to a year. Counts as a retry in the metrics, like
+    /// client-go. Dropped after [`WorkQueue::shut_down`].
+    pub fn add_after(&mut self, key: K, delay: Duration) {
+        if self.shutting_down {
+            return;
+        }
+        self.metrics.retries.inc();
+        if delay.is_zero() {
+            self.add(key);
+            return;
+        }
+        self.waiting
+            .insert(key, Instant::now() + delay.min(MAX_DELAY));
+    }
+
+    /// Adds `key` after the delay the rate limiter gives it, recording one more failure of `key`.
+    pub fn add_rate_limited(&mut self, key: K) {
+        if self.shutting_down {
+            return;
+        }
+        let delay = self.rate_limiter.when(&key, Instant::now());
+        self.add_after(key, delay);
+    }
+
+    /// Stops the rate limiter tracking `key`, so its next failure backs off from the start. Call it when `key`
+    /// succeeded; it does not remove the key from the queue.
+    pub fn forget(&mut self, key: &K) {
+        self.rate_limiter.forget(key);
+    }
+
+    /// How many failures of `key` the rate limiter counts.
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.rate_limiter.num_requeues(key)
+    }
+
+    /// Adds every waiting key whose ready time is at or before `now`, earliest first, and returns how many left
+    /// the waiting set (a key that was already queued is not queued twice).
+    pub fn promote_due(&mut self, now: Instant) -> usize {
+        let mut promoted = 0;
+        while let Some(key) = self.waiting.pop_due(now) {
+            self.add(key);
+            promoted += 1;
+        }
+        promoted
+    }
+
+    /// When the next waiting key becomes ready: the owner should call [`WorkQueue::promote_due`] then.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.waiting.next_ready_at()
+    }
+
+    /// Keys ready to hand out (not processing, not waiting).
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether no key is ready to hand out.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Whether `key` was handed out and is not done yet.
+    pub fn is_processing(&self, key: &K) -> bool {
+        self.processing.contains_key(key)
+    }
+
+    /// How many keys are handed out and not done yet.
+    pub fn processing_len(&self) -> usize {
+        self.processing.len()
+    }
+
+    /// Stops the queue: ready and waiting keys are dropped, later adds are ignored and [`WorkQueue::get`]
+    /// returns `None`. Keys being processed stay until their [`WorkQueue::done`], which then does not requeue.
+    /// Unlike client-go there is no draining `get`: a coordinator that stops dispatching (lost leadership) must
+    /// not hand out more work.
+    pub fn shut_down(&mut self) {
+        self.shutting_down = true;
+        self.queue.clear();
+        self.dirty.clear();
+        self.waiting.clear();
+        self.update_depth();
+    }
+
+    /// Whether [`WorkQueue::shut_down`] was called.
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down
+    }
+
+    /// Sets `workqueue_unfinished_work_seconds` (summed age of all keys being processed) and
+    /// `workqueue_longest_running_processor_seconds` (the oldest one's age) as of `now`.
+    pub fn update_unfinished_work(&self, now: Instant) {
+        let (total, oldest) =
+            self.processing
+                .values()
+                .fold((0.0, 0.0_f64), |(total, oldest), started| {
+                    let age = now.saturating_duration_since(*started).as_secs_f64();
+                    (total + age, oldest.max(age))
+                });
+        self.metrics.unfinished_work.set(total);
+        self.metrics.longest_running.set(oldest);
+    }
+
+    /// `workqueue_depth` counts every key that needs a run, including those re-added while processing, as
+    /// client-go does; `len()` counts only those ready now.
+    fn update_depth(&self) {
+        self.metrics
+            .depth
+            .set(i64::try_from(self.dirty.len()).unwrap_or(i64::MAX));
+    }
+}
+
+#[cfg(test)]
+#[path = "work_queue_tests.rs"]
+#[allow(clippy::unwrap_used)]
+mod tests;

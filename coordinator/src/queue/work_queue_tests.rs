@@ -1,0 +1,410 @@
+//! Tests of the workqueue, on paused tokio time.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::time::{Instant, advance};
+
+use super::*;
+use crate::queue::{QueueMetricsFamilies, default_controller_rate_limiter};
+
+fn queue() -> WorkQueue<&'static str> {
+    WorkQueue::new(
+        "test",
+        Box::new(default_controller_rate_limiter()),
+        QueueMetrics::unregistered("test"),
+    )
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_added_twice_is_queued_once() {
+    let mut q = queue();
+    q.add("a");
+    q.add("a");
+    q.add("b");
+    assert_eq!(q.len(), 2);
+    assert_eq!(q.get(), Some("a"));
+    assert_eq!(q.get(), Some("b"));
+    assert_eq!(q.get(), None);
+    assert!(q.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_is_not_handed_out_again_before_done() {
+    let mut q = queue();
+    q.add("a");
+    assert_eq!(q.get(), Some("a"));
+    q.add("a");
+    assert_eq!(q.len(), 0, "a processing key is not ready");
+    assert_eq!(q.get(), None);
+    assert!(q.is_processing(&"a"));
+    assert_eq!(q.processing_len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_re_added_during_processing_runs_once_more_after_done() {
+    let mut q = queue();
+    q.add("a");
+    let key = q.get().unwrap();
+    q.add("a");
+    q.add("a");
+    q.done(&key);
+    assert!(!q.is_processing(&"a"));
+    assert_eq!(q.get(), Some("a"));
+    q.done(&"a");
+    assert_eq!(q.get(), None, "the second run was not followed by a third");
+}
+
+#[tokio::test(start_paused = true)]
+async fn done_without_a_re_add_does_not_requeue() {
+    let mut q = queue();
+    q.add("a");
+    q.get();
+    q.done(&"a");
+    q.done(&"never-got");
+    assert_eq!(q.get(), None);
+    assert_eq!(q.processing_len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn keys_come_out_in_the_order_they_were_added() {
+    let mut q = queue();
+    for key in ["c", "a", "b"] {
+        q.add(key);
+    }
+    let order: Vec<_> = std::iter::from_fn(|| q.get()).collect();
+    assert_eq!(order, vec!["c", "a", "b"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn add_after_holds_a_key_until_its_delay_has_passed() {
+    let mut q = queue();
+    let start = Instant::now();
+    q.add_after("a", ms(100));
+    assert_eq!(q.next_deadline(), Some(start + ms(100)));
+    advance(ms(99)).await;
+    assert_eq!(q.promote_due(Instant::now()), 0);
+    assert_eq!(q.get(), None);
+    advance(ms(1)).await;
+    assert_eq!(q.promote_due(Instant::now()), 1);
+    assert_eq!(q.next_deadline(), None);
+    assert_eq!(q.get(), Some("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn add_after_keeps_the_earliest_ready_time_of_a_key() {
+    let mut q = queue();
+    let start = Instant::now();
+    q.add_after("a", ms(500));
+    q.add_after("a", ms(100));
+    q.add_after("a", ms(300));
+    assert_eq!(q.next_deadline(), Some(start + ms(100)));
+    advance(ms(100)).await;
+    assert_eq!(q.promote_due(Instant::now()), 1);
+    assert_eq!(
+        q.next_deadline(),
+        None,
+        "the later entries were merged, not kept"
+    );
+    assert_eq!(q.get(), Some("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn add_after_with_no_delay_queues_at_once() {
+    let mut q = queue();
+    q.add_after("a", Duration::ZERO);
+    assert_eq!(q.next_deadline(), None);
+    assert_eq!(q.get(), Some("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn due_keys_are_promoted_earliest_first() {
+    let mut q = queue();
+    q.add_after("late", ms(30));
+    q.add_after("early", ms(10));
+    q.add_after("middle", ms(20));
+    advance(ms(30)).await;
+    assert_eq!(q.promote_due(Instant::now()), 3);
+    let order: Vec<_> = std::iter::from_fn(|| q.get()).collect();
+    assert_eq!(order, vec!["early", "middle", "late"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_delay_is_clamped_instead_of_overflowing() {
+    let mut q = queue();
+    q.add_after("a", Duration::MAX);
+    assert_eq!(q.next_deadline(), Some(Instant::now() + MAX_DELAY));
+}
+
+#[tokio::test(start_paused = true)]
+async fn add_rate_limited_backs_off_exponentially_and_forget_resets_it() {
+    let mut q = queue();
+    let start = Instant::now();
+    q.add_rate_limited("a");
+    assert_eq!(q.next_deadline(), Some(start + ms(5)));
+    assert_eq!(q.num_requeues(&"a"), 1);
+    advance(ms(5)).await;
+    q.promote_due(Instant::now());
+    let key = q.get().unwrap();
+    q.add_rate_limited(key);
+    q.done(&key);
+    assert_eq!(q.next_deadline(), Some(Instant::now() + ms(10)));
+    assert_eq!(q.num_requeues(&"a"), 2);
+    q.forget(&"a");
+    assert_eq!(q.num_requeues(&"a"), 0);
+    q.add_rate_limited("b");
+    q.add_rate_limited("a");
+    assert_eq!(q.num_requeues(&"a"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_requeued_while_processing_runs_again_after_done_and_its_delay() {
+    let mut q = queue();
+    q.add("a");
+    let key = q.get().unwrap();
+    q.add_after(key, ms(50));
+    q.done(&key);
+    assert_eq!(q.get(), None);
+    advance(ms(50)).await;
+    q.promote_due(Instant::now());
+    assert_eq!(q.get(), Some("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_shut_down_get_returns_none_and_adds_are_dropped() {
+    let mut q = queue();
+    q.add("a");
+    q.add("b");
+    let key = q.get().unwrap();
+    q.add_after("c", ms(10));
+    q.shut_down();
+    assert!(q.shutting_down());
+    q.add("d");
+    q.add(key);
+    q.add_after("e", ms(1));
+    q.add_rate_limited("f");
+    assert_eq!(q.get(), None);
+    assert_eq!(q.len(), 0);
+    assert_eq!(q.next_deadline(), None);
+    assert!(q.is_processing(&key), "in-flight work is still tracked");
+    q.done(&key);
+    assert_eq!(q.processing_len(), 0);
+    assert_eq!(q.get(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_follow_adds_gets_retries_and_running_work() {
+    let families = QueueMetricsFamilies::default();
+    let metrics = families.for_queue("replicaset");
+    let mut q = WorkQueue::new(
+        "replicaset",
+        Box::new(default_controller_rate_limiter()),
+        metrics.clone(),
+    );
+    q.add("a");
+    q.add("a");
+    q.add("b");
+    assert_eq!(metrics.adds(), 2);
+    assert_eq!(metrics.depth(), 2);
+    let a = q.get().unwrap();
+    assert_eq!(metrics.depth(), 1);
+    q.add(a);
+    assert_eq!(
+        metrics.depth(),
+        2,
+        "a re-added key counts as client-go counts it"
+    );
+    assert_eq!(metrics.adds(), 3);
+    q.add_rate_limited("c");
+    q.add_after("d", ms(1));
+    assert_eq!(metrics.retries(), 2);
+    let b = q.get().unwrap();
+    advance(ms(1500)).await;
+    q.update_unfinished_work(Instant::now());
+    assert!(
+        (metrics.unfinished_work_seconds() - 3.0).abs() < 1e-9,
+        "{}",
+        metrics.unfinished_work_seconds()
+    );
+    assert!((metrics.longest_running_processor_seconds() - 1.5).abs() < 1e-9);
+    q.done(&a);
+    q.done(&b);
+    q.update_unfinished_work(Instant::now());
+    assert_eq!(metrics.unfinished_work_seconds(), 0.0);
+    assert_eq!(metrics.longest_running_processor_seconds(), 0.0);
+}
+
+/// An operation of the property test; key indices are taken modulo the key space.
+#[derive(Debug, Clone)]
+enum Op {
+    Add(u8),
+    Get,
+    /// Done on the n-th key (mod how many) the model has in processing.
+    Done(usize),
+    AddAfter(u8, u64),
+    Advance(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0u8..6).prop_map(Op::Add),
+        3 => Just(Op::Get),
+        2 => any::<usize>().prop_map(Op::Done),
+        2 => (0u8..6, 0u64..50).prop_map(|(k, d)| Op::AddAfter(k, d)),
+        2 => (0u64..60).prop_map(Op::Advance),
+    ]
+}
+
+/// The workqueue's semantics written out as plainly as possible.
+#[derive(Default)]
+struct Model {
+    ready: VecDeque<u8>,
+    processing: HashSet<u8>,
+    /// Added while processing: queued again at done.
+    rerun: HashSet<u8>,
+    /// Ready time and insertion sequence of each waiting key.
+    waiting: HashMap<u8, (Instant, u64)>,
+    seq: u64,
+}
+
+impl Model {
+    fn add(&mut self, k: u8) {
+        if self.processing.contains(&k) {
+            self.rerun.insert(k);
+        } else if !self.ready.contains(&k) {
+            self.ready.push_back(k);
+        }
+    }
+
+    fn get(&mut self) -> Option<u8> {
+        let k = self.ready.pop_front()?;
+        self.processing.insert(k);
+        Some(k)
+    }
+
+    fn done(&mut self, k: u8) {
+        if self.processing.remove(&k) && self.rerun.remove(&k) {
+            self.ready.push_back(k);
+        }
+    }
+
+    fn add_after(&mut self, k: u8, ready_at: Instant) {
+        match self.waiting.get(&k) {
+            Some(&(existing, _)) if existing <= ready_at => {}
+            _ => {
+                self.waiting.insert(k, (ready_at, self.seq));
+                self.seq += 1;
+            }
+        }
+    }
+
+    fn promote(&mut self, now: Instant) {
+        let mut due: Vec<(Instant, u64, u8)> = self
+            .waiting
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(&k, &(at, seq))| (at, seq, k))
+            .collect();
+        due.sort();
+        for (_, _, k) in due {
+            self.waiting.remove(&k);
+            self.add(k);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn random_operations_match_the_reference_model_and_lose_no_key(ops in proptest::collection::vec(op(), 1..120)) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        runtime.block_on(async move {
+            let mut q: WorkQueue<u8> =
+                WorkQueue::new("prop", Box::new(default_controller_rate_limiter()), QueueMetrics::unregistered("prop"));
+            let mut model = Model::default();
+            // Keys added (now or later) since get last returned them: each must come out of get again.
+            let mut owed: HashSet<u8> = HashSet::new();
+            for op in ops {
+                match op {
+                    Op::Add(k) => {
+                        q.add(k);
+                        model.add(k);
+                        owed.insert(k);
+                    }
+                    Op::Get => {
+                        let got = q.get();
+                        prop_assert_eq!(got, model.get());
+                        if let Some(k) = got {
+                            prop_assert_eq!(q.processing_len(), model.processing.len());
+                            owed.remove(&k);
+                        }
+                    }
+                    Op::Done(n) => {
+                        let mut in_flight: Vec<u8> = model.processing.iter().copied().collect();
+                        in_flight.sort();
+                        if !in_flight.is_empty() {
+                            let k = in_flight[n % in_flight.len()];
+                            q.done(&k);
+                            model.done(k);
+                        }
+                    }
+                    Op::AddAfter(k, d) => {
+                        q.add_after(k, ms(d));
+                        if d == 0 {
+                            model.add(k);
+                        } else {
+                            model.add_after(k, Instant::now() + ms(d));
+                        }
+                        owed.insert(k);
+                    }
+                    Op::Advance(d) => {
+                        advance(ms(d)).await;
+                        q.promote_due(Instant::now());
+                        model.promote(Instant::now());
+                    }
+                }
+                prop_assert_eq!(q.len(), model.ready.len(), "depth is the number of ready keys");
+                prop_assert_eq!(q.next_deadline(), model.waiting.values().map(|(at, _)| *at).min());
+                for k in &model.processing {
+                    prop_assert!(q.is_processing(k));
+                    prop_assert!(!q.queue.contains(k), "key {} is both queued and processing", k);
+                }
+                prop_assert!(q.queue.iter().all(|k| q.dirty.contains_key(k)), "dirty must contain every queued key");
+            }
+            // Finish everything in flight and let every delay pass: every owed key must come out.
+            for _ in 0..4 {
+                let in_flight: Vec<u8> = model.processing.iter().copied().collect();
+                for k in in_flight {
+                    q.done(&k);
+                    model.done(k);
+                }
+                advance(Duration::from_secs(1)).await;
+                q.promote_due(Instant::now());
+                while let Some(k) = q.get() {
+                    owed.remove(&k);
+                    model.ready.retain(|r| *r != k);
+                    model.processing.insert(k);
+                }
+            }
+            prop_assert!(owed.is_empty(), "keys lost: {:?}", owed);
+            prop_assert_eq!(q.waiting.len(), 0);
+            Ok(())
+        })?;
+    }
+}
+
+#[test]
+fn waiting_keeps_one_entry_per_key_at_its_earliest_time() {
+    let mut waiting = Waiting::default();
+    let t0 = Instant::now();
+    waiting.insert("a", t0 + ms(20));
+    waiting.insert("a", t0 + ms(10));
+    waiting.insert("a", t0 + ms(30));
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting.ready_at(&"a"), Some(t0 + ms(10)));
+}
