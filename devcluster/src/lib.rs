@@ -7,6 +7,6 @@ mod simnodes;
 
 pub use etcd::{ETCD_BIN_ENV, EtcdError, EtcdServer};
 pub use simnodes::{
-    NODE_LEASE_NAMESPACE, NodeSimulator, SIMULATED_LABEL, SimConfig, SimError, SimNodesHandle,
-    control_router,
+    NODE_LEASE_NAMESPACE, NodeControl, NodeSimulator, SIMULATED_LABEL, SimConfig, SimError,
+    SimNodesHandle, control_router,
 };

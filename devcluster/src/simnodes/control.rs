@@ -1,5 +1,11 @@
 //! HTTP routes to stop and start simulated nodes, for a process that hosts the simulator (e.g.
 //! `flotilla devcluster` through `DevClusterConfig::extension`).
+//!
+//! The routes must exist before the API server starts, while the simulator can only start once the
+//! server answers; a [`NodeControl`] bridges the two: build the router from it first, attach the
+//! simulator's handle later.
+
+use std::sync::{Arc, OnceLock};
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -8,43 +14,76 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::json;
 
-use super::SimNodesHandle;
+use super::{SimError, SimNodesHandle};
+
+/// A slot for the handle of a node simulator that starts after the routes were built.
+#[derive(Clone, Default)]
+pub struct NodeControl {
+    handle: Arc<OnceLock<SimNodesHandle>>,
+}
+
+impl NodeControl {
+    /// An empty slot: the routes answer 503 until [`NodeControl::attach`] is called.
+    pub fn new() -> Self {
+        NodeControl::default()
+    }
+
+    /// Connects the routes to a running simulator. Only the first call has an effect.
+    pub fn attach(&self, handle: SimNodesHandle) {
+        let _ = self.handle.set(handle);
+    }
+}
 
 /// `POST /flotilla/v1/nodes/{name}/stop` and `POST /flotilla/v1/nodes/{name}/start`.
 ///
-/// Both answer 200 with `{"node": name, "running": bool}`, or 404 with a Kubernetes `Status`
-/// (reason NotFound) when `name` is not a simulated node.
-pub fn control_router(handle: SimNodesHandle) -> axum::Router {
+/// Both answer 200 with `{"node": name, "running": bool}`; 404 with a Kubernetes `Status` (reason
+/// NotFound) when `name` is not a simulated node; 503 (reason ServiceUnavailable) while no simulator
+/// is attached.
+pub fn control_router(control: NodeControl) -> axum::Router {
     axum::Router::new()
         .route("/flotilla/v1/nodes/{name}/stop", post(stop))
         .route("/flotilla/v1/nodes/{name}/start", post(start))
-        .with_state(handle)
+        .with_state(control)
 }
 
-async fn stop(State(handle): State<SimNodesHandle>, Path(name): Path<String>) -> Response {
-    answer(&handle, &name, handle.stop_node(&name))
+async fn stop(State(control): State<NodeControl>, Path(name): Path<String>) -> Response {
+    match control.handle.get() {
+        Some(handle) => answer(handle, &name, handle.stop_node(&name)),
+        None => unavailable(),
+    }
 }
 
-async fn start(State(handle): State<SimNodesHandle>, Path(name): Path<String>) -> Response {
-    answer(&handle, &name, handle.start_node(&name))
+async fn start(State(control): State<NodeControl>, Path(name): Path<String>) -> Response {
+    match control.handle.get() {
+        Some(handle) => answer(handle, &name, handle.start_node(&name)),
+        None => unavailable(),
+    }
 }
 
-fn answer(handle: &SimNodesHandle, name: &str, result: Result<(), super::SimError>) -> Response {
+fn answer(handle: &SimNodesHandle, name: &str, result: Result<(), SimError>) -> Response {
     match result {
         Ok(()) => Json(json!({"node": name, "running": handle.is_running(name)})).into_response(),
-        Err(err) => (
-            StatusCode::NOT_FOUND,
-            Json(json!({
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Failure",
-                "message": err.to_string(),
-                "reason": "NotFound",
-                "details": {"name": name, "kind": "nodes"},
-                "code": 404,
-            })),
-        )
-            .into_response(),
+        Err(err) => status(StatusCode::NOT_FOUND, "NotFound", &err.to_string()),
     }
+}
+
+fn unavailable() -> Response {
+    status(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailable",
+        "the node simulator is not running (start devcluster with --nodes N)",
+    )
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> Response {
+    let body = Json(json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    }));
+    (code, body).into_response()
 }

@@ -13,7 +13,7 @@ mod simulator;
 mod timers;
 
 pub use config::SimConfig;
-pub use control::control_router;
+pub use control::{NodeControl, control_router};
 pub use error::SimError;
 pub use nodes::{NODE_LEASE_NAMESPACE, SIMULATED_LABEL};
 pub use simulator::{NodeSimulator, SimNodesHandle};
