@@ -1,4 +1,5 @@
 //! One module per `flotilla` subcommand: flags and the process life of that role.
 
 pub mod devcluster;
+pub mod duration;
 pub mod simnodes;
