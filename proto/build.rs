@@ -5,7 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // Objects travel as JSON bytes; Bytes lets the coordinator hand its cached serialization to
         // every Assign without copying it.
-        .bytes(["."])
+        .bytes(".")
         .compile_protos(&["proto/flotilla/v1/fleet.proto"], &["proto"])?;
     Ok(())
 }
