@@ -7,3 +7,6 @@ pub use queue::{
     ItemExponentialFailureRateLimiter, MaxOfRateLimiter, QueueMetrics, QueueMetricsFamilies,
     RateLimiter, RateLimiterConfigError, WorkQueue, default_controller_rate_limiter,
 };
+mod informer;
+
+pub use informer::{CachedObject, InformerError, InformerEvent, Informers, OwnerRef, Store};

@@ -1,0 +1,152 @@
+//! The shared informer factory: one watch per kind for the whole process, however many controllers need it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use flotilla_common::ResourceKind;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::{WatchStreamExt, watcher};
+use parking_lot::Mutex;
+use prometheus_client::registry::Registry;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{InformerEvent, InformerMetrics, InformerState, Store, Subscriber, run_informer};
+
+/// The process's informers (client-go's SharedInformerFactory); cheap to clone.
+///
+/// Ordering guarantee: for one kind, events reach the subscriber in the order the kind's store
+/// applied them, and the store is updated **before** the event is sent, so a subscriber that
+/// reads the store on an event sees at least the state of that event. Events of different kinds
+/// are not ordered relative to each other.
+#[derive(Clone)]
+pub struct Informers {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: kube::Client,
+    running: Mutex<BTreeMap<ResourceKind, Running>>,
+    subscriber: Subscriber,
+    metrics: InformerMetrics,
+    /// Parent of every informer task's token; cancelled by `shutdown` and when the last clone drops.
+    cancel: CancellationToken,
+}
+
+struct Running {
+    store: Store,
+    synced: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Informers {
+    /// Informers that list and watch through `client`, with their metrics
+    /// (`flotilla_informer_errors_total{kind}`, `flotilla_informer_events_total{kind,event}`,
+    /// `flotilla_informer_objects{kind}`) registered in `metrics`. Starts nothing yet.
+    pub fn new(client: kube::Client, metrics: &mut Registry) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                running: Mutex::new(BTreeMap::new()),
+                subscriber: Subscriber::default(),
+                metrics: InformerMetrics::register(metrics),
+                cancel: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// Starts the informer of `kind` unless it runs already (idempotent). The task lists, then
+    /// watches from the list's resourceVersion with bookmarks, relists on 410 Gone and retries
+    /// failures with kube-rs's default backoff (0.8 s doubling to 30 s) until [`Informers::shutdown`].
+    /// A kind the API server does not serve simply stays unsynced. Does nothing after shutdown.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime (it spawns the informer task).
+    pub fn ensure(&self, kind: &ResourceKind) {
+        let mut running = self.inner.running.lock();
+        if running.contains_key(kind) || self.inner.cancel.is_cancelled() {
+            return;
+        }
+        let state = InformerState {
+            kind: kind.clone(),
+            store: Store::default(),
+            synced: Arc::default(),
+            subscriber: self.inner.subscriber.clone(),
+            metrics: self.inner.metrics.clone(),
+        };
+        running.insert(
+            kind.clone(),
+            Running {
+                store: state.store.clone(),
+                synced: state.synced.clone(),
+            },
+        );
+        let api: Api<DynamicObject> =
+            Api::all_with(self.inner.client.clone(), &kind.api_resource());
+        // The default config asks for bookmarks and pages lists by 500 like client-go.
+        let events = watcher(api, watcher::Config::default()).default_backoff();
+        let span = tracing::info_span!("informer", kind = %kind);
+        tracing::info!(%kind, "starting informer");
+        tokio::spawn(run_informer(state, events, self.inner.cancel.child_token()).instrument(span));
+    }
+
+    /// A receiver of every informer's events from now on. It replaces the previous subscriber,
+    /// whose channel closes: there is one consumer, the current leader's dispatcher. Events while
+    /// nobody subscribes are dropped (the stores still update), so a new subscriber must read the
+    /// stores (and [`Informers::is_synced`]) for the state it missed; `Synced` is not replayed.
+    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<InformerEvent> {
+        self.inner.subscriber.replace()
+    }
+
+    /// Whether `kind`'s informer has completed its first list. Stays true through relists.
+    pub fn is_synced(&self, kind: &ResourceKind) -> bool {
+        self.inner
+            .running
+            .lock()
+            .get(kind)
+            .is_some_and(|r| r.synced.load(Ordering::Acquire))
+    }
+
+    /// The cache of `kind`; `None` if [`Informers::ensure`] was never called for it. The store of
+    /// an unsynced kind may be empty or partial: check [`Informers::is_synced`].
+    pub fn store(&self, kind: &ResourceKind) -> Option<Store> {
+        self.inner.running.lock().get(kind).map(|r| r.store.clone())
+    }
+
+    /// Every ensured kind with whether it is synced and how many objects it caches, in kind order.
+    pub fn kinds(&self) -> Vec<(ResourceKind, bool, usize)> {
+        self.inner
+            .running
+            .lock()
+            .iter()
+            .map(|(kind, r)| {
+                (
+                    kind.clone(),
+                    r.synced.load(Ordering::Acquire),
+                    r.store.len(),
+                )
+            })
+            .collect()
+    }
+
+    /// Stops every informer task; later [`Informers::ensure`] calls start nothing. The stores keep
+    /// their last content. Dropping the last clone does the same.
+    pub fn shutdown(&self) {
+        self.inner.cancel.cancel();
+    }
+}
+
+impl std::fmt::Debug for Informers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informers")
+            .field("kinds", &self.kinds())
+            .finish_non_exhaustive()
+    }
+}

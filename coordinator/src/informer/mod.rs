@@ -1,0 +1,23 @@
+//! Shared informers: one list+watch per kind for the whole coordinator, a cache with indexes, and the
+//! events that drive the dispatcher.
+
+mod error;
+mod event;
+mod factory;
+mod metrics;
+mod object;
+mod relist;
+mod store;
+mod subscriber;
+mod watch;
+
+pub use error::InformerError;
+pub use event::InformerEvent;
+pub use factory::Informers;
+pub use object::{CachedObject, OwnerRef};
+pub use store::Store;
+
+use metrics::InformerMetrics;
+use relist::relist_diff;
+use subscriber::Subscriber;
+use watch::{InformerState, run_informer};

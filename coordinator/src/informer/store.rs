@@ -1,0 +1,243 @@
+//! One kind's cache: objects by key, and the indexes by namespace, controller owner UID and pod node name.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::{CachedObject, InformerEvent, relist_diff};
+
+/// A read handle on one kind's cache; cheap to clone. Reads run concurrently; only the kind's
+/// informer task writes. Every read returns objects in key order.
+#[derive(Debug, Clone, Default)]
+pub struct Store {
+    inner: Arc<RwLock<StoreInner>>,
+}
+
+/// The objects and their indexes. Invariant: every key in an index is a key of `objects`, and
+/// every object is in exactly the index entries its fields name.
+#[derive(Debug, Default)]
+struct StoreInner {
+    objects: BTreeMap<String, Arc<CachedObject>>,
+    by_namespace: Index,
+    by_owner_uid: Index,
+    by_node_name: Index,
+    /// The newest resourceVersion the store has applied.
+    resource_version: u64,
+}
+
+/// Index value → keys of the objects with that value.
+type Index = BTreeMap<String, BTreeSet<String>>;
+
+impl Store {
+    /// The object with key `namespace/name` (or `name` when cluster-scoped).
+    pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.inner.read().objects.get(key).cloned()
+    }
+
+    /// Every cached object.
+    pub fn list(&self) -> Vec<Arc<CachedObject>> {
+        self.inner.read().objects.values().cloned().collect()
+    }
+
+    /// The objects of namespace `ns`.
+    pub fn by_namespace(&self, ns: &str) -> Vec<Arc<CachedObject>> {
+        self.lookup(|s| &s.by_namespace, ns)
+    }
+
+    /// The objects whose controller ownerReference has UID `uid`.
+    pub fn by_owner_uid(&self, uid: &str) -> Vec<Arc<CachedObject>> {
+        self.lookup(|s| &s.by_owner_uid, uid)
+    }
+
+    /// The pods bound to node `node`.
+    pub fn by_node_name(&self, node: &str) -> Vec<Arc<CachedObject>> {
+        self.lookup(|s| &s.by_node_name, node)
+    }
+
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.inner.read().objects.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.inner.read().objects.is_empty()
+    }
+
+    /// The newest resourceVersion among the changes the store has applied (0 before any).
+    pub fn resource_version(&self) -> u64 {
+        self.inner.read().resource_version
+    }
+
+    fn lookup(&self, index: impl Fn(&StoreInner) -> &Index, value: &str) -> Vec<Arc<CachedObject>> {
+        let inner = self.inner.read();
+        index(&inner)
+            .get(value)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| inner.objects.get(key).cloned())
+            .collect()
+    }
+
+    /// Adds or replaces an object; returns the one it replaced.
+    pub(crate) fn apply(&self, object: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
+        self.inner.write().insert(object)
+    }
+
+    /// Removes the object with `key`; returns it if it was cached.
+    pub(crate) fn delete(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.inner.write().remove(key)
+    }
+
+    /// Replaces the whole content with a relisted set, atomically, and returns the events that
+    /// turn the old content into the new one (see [`relist_diff`]).
+    pub(crate) fn replace(&self, relisted: Vec<Arc<CachedObject>>) -> Vec<InformerEvent> {
+        let mut inner = self.inner.write();
+        let events = relist_diff(&inner.objects, relisted);
+        for event in &events {
+            match event {
+                InformerEvent::Applied { new, .. } => {
+                    inner.insert(new.clone());
+                }
+                InformerEvent::Deleted { old, .. } => {
+                    inner.remove(&old.key());
+                }
+                InformerEvent::Synced { .. } => {}
+            }
+        }
+        events
+    }
+}
+
+impl StoreInner {
+    fn insert(&mut self, object: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
+        let key = object.key();
+        let old = self.remove(&key);
+        index_insert(&mut self.by_namespace, object.namespace.as_deref(), &key);
+        index_insert(
+            &mut self.by_owner_uid,
+            object.controller_owner.as_ref().map(|o| o.uid.as_str()),
+            &key,
+        );
+        index_insert(&mut self.by_node_name, object.node_name.as_deref(), &key);
+        self.resource_version = self.resource_version.max(object.resource_version);
+        self.objects.insert(key, object);
+        old
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Arc<CachedObject>> {
+        let old = self.objects.remove(key)?;
+        index_remove(&mut self.by_namespace, old.namespace.as_deref(), key);
+        index_remove(
+            &mut self.by_owner_uid,
+            old.controller_owner.as_ref().map(|o| o.uid.as_str()),
+            key,
+        );
+        index_remove(&mut self.by_node_name, old.node_name.as_deref(), key);
+        Some(old)
+    }
+}
+
+fn index_insert(index: &mut Index, value: Option<&str>, key: &str) {
+    if let Some(value) = value {
+        index
+            .entry(value.to_owned())
+            .or_default()
+            .insert(key.to_owned());
+    }
+}
+
+fn index_remove(index: &mut Index, value: Option<&str>, key: &str) {
+    let Some(value) = value else { return };
+    if let Some(keys) = index.get_mut(value) {
+        keys.remove(key);
+        if keys.is_empty() {
+            index.remove(value);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use flotilla_common::ResourceKind;
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(
+        ns: &str,
+        name: &str,
+        rv: u64,
+        owner: Option<&str>,
+        node: Option<&str>,
+    ) -> Arc<CachedObject> {
+        let owners: Vec<_> = owner
+            .map(|uid| json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": uid, "controller": true}))
+            .into_iter()
+            .collect();
+        let kind = ResourceKind::new("", "v1", "Pod", "pods", true);
+        let value = json!({"metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
+            "resourceVersion": rv.to_string(), "ownerReferences": owners}, "spec": {"nodeName": node}});
+        Arc::new(CachedObject::from_value(&kind, value).unwrap())
+    }
+
+    fn names(objects: Vec<Arc<CachedObject>>) -> Vec<String> {
+        objects.iter().map(|o| o.key()).collect()
+    }
+
+    #[test]
+    fn indexes_find_objects_by_namespace_owner_and_node() {
+        let store = Store::default();
+        store.apply(pod("a", "p1", 1, Some("rs-1"), Some("n1")));
+        store.apply(pod("a", "p2", 2, Some("rs-2"), None));
+        store.apply(pod("b", "p3", 3, Some("rs-1"), Some("n1")));
+        assert_eq!(names(store.by_namespace("a")), ["a/p1", "a/p2"]);
+        assert_eq!(names(store.by_owner_uid("rs-1")), ["a/p1", "b/p3"]);
+        assert_eq!(names(store.by_node_name("n1")), ["a/p1", "b/p3"]);
+        assert_eq!(store.len(), 3);
+        assert_eq!(store.resource_version(), 3);
+    }
+
+    #[test]
+    fn an_update_moves_the_object_between_index_entries() {
+        let store = Store::default();
+        store.apply(pod("a", "p1", 1, Some("rs-1"), None));
+        let old = store.apply(pod("a", "p1", 2, Some("rs-2"), Some("n2")));
+        assert_eq!(old.map(|o| o.resource_version), Some(1));
+        assert!(store.by_owner_uid("rs-1").is_empty());
+        assert_eq!(names(store.by_owner_uid("rs-2")), ["a/p1"]);
+        assert_eq!(names(store.by_node_name("n2")), ["a/p1"]);
+    }
+
+    #[test]
+    fn a_delete_leaves_no_index_entry_behind() {
+        let store = Store::default();
+        store.apply(pod("a", "p1", 1, Some("rs-1"), Some("n1")));
+        assert!(store.delete("a/p1").is_some());
+        assert!(store.delete("a/p1").is_none());
+        let inner = store.inner.read();
+        assert!(inner.objects.is_empty());
+        assert!(
+            inner.by_namespace.is_empty()
+                && inner.by_owner_uid.is_empty()
+                && inner.by_node_name.is_empty()
+        );
+    }
+
+    #[test]
+    fn a_replace_applies_the_relist_diff_to_objects_and_indexes() {
+        let store = Store::default();
+        store.apply(pod("a", "gone", 1, Some("rs-1"), None));
+        store.apply(pod("a", "kept", 2, Some("rs-1"), None));
+        let events = store.replace(vec![
+            pod("a", "kept", 2, Some("rs-1"), None),
+            pod("a", "new", 5, None, None),
+        ]);
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(names(store.list()), ["a/kept", "a/new"]);
+        assert_eq!(names(store.by_owner_uid("rs-1")), ["a/kept"]);
+        assert_eq!(store.resource_version(), 5);
+    }
+}

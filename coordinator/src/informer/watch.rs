@@ -1,0 +1,383 @@
+//! One kind's informer task: feeds kube-rs watcher events into the kind's store, then tells the subscriber.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use flotilla_common::ResourceKind;
+use futures::{Stream, StreamExt};
+use kube::api::DynamicObject;
+use kube::runtime::watcher;
+use tokio_util::sync::CancellationToken;
+
+use super::{CachedObject, InformerError, InformerEvent, InformerMetrics, Store, Subscriber};
+
+/// At most this many distinct error messages are remembered for log de-duplication; past it the
+/// memory is cleared, so a flood of ever-different errors still logs but never grows without bound.
+const MAX_REMEMBERED_ERRORS: usize = 64;
+
+/// What one informer task writes to.
+pub(crate) struct InformerState {
+    pub(crate) kind: ResourceKind,
+    pub(crate) store: Store,
+    pub(crate) synced: Arc<AtomicBool>,
+    pub(crate) subscriber: Subscriber,
+    pub(crate) metrics: InformerMetrics,
+}
+
+/// Runs until `cancel` fires or `events` ends (a kube-rs watcher with backoff never ends).
+///
+/// Every change is applied to the store before its event is sent, and events are sent in the
+/// order they were applied. A (re)list is buffered from `Init` to `InitDone` and then replaces
+/// the store in one step, so readers never see a half-listed cache.
+pub(crate) async fn run_informer<S>(state: InformerState, events: S, cancel: CancellationToken)
+where
+    S: Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
+{
+    let mut events = std::pin::pin!(events);
+    let mut task = Task {
+        state,
+        listing: Vec::new(),
+        logged_errors: HashSet::new(),
+    };
+    loop {
+        let event = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return,
+            event = events.next() => event,
+        };
+        match event {
+            None => return,
+            Some(Ok(event)) => task.handle(event),
+            Some(Err(error)) => task.watch_failed(&error),
+        }
+    }
+}
+
+struct Task {
+    state: InformerState,
+    /// Objects of the (re)list in progress.
+    listing: Vec<Arc<CachedObject>>,
+    /// Error messages already logged since the last successful list.
+    logged_errors: HashSet<String>,
+}
+
+impl Task {
+    fn handle(&mut self, event: watcher::Event<DynamicObject>) {
+        let kind = self.state.kind.to_string();
+        match event {
+            watcher::Event::Init => self.listing.clear(),
+            watcher::Event::InitApply(object) => {
+                if let Some(object) = self.parse(object) {
+                    self.listing.push(object);
+                }
+            }
+            watcher::Event::InitDone => {
+                let events = self.state.store.replace(std::mem::take(&mut self.listing));
+                self.state.synced.store(true, Ordering::Release);
+                self.logged_errors.clear();
+                for event in events {
+                    self.send(event);
+                }
+                self.send(InformerEvent::Synced {
+                    kind: self.state.kind.clone(),
+                });
+                tracing::debug!(%kind, objects = self.state.store.len(), "informer synced");
+            }
+            watcher::Event::Apply(object) => {
+                if let Some(new) = self.parse(object) {
+                    let old = self.state.store.apply(new.clone());
+                    self.send(InformerEvent::Applied { old, new });
+                }
+            }
+            watcher::Event::Delete(object) => {
+                if let Some(old) = self.parse(object) {
+                    self.state.store.delete(&old.key());
+                    self.send(InformerEvent::Deleted {
+                        old,
+                        final_state_unknown: false,
+                    });
+                }
+            }
+        }
+    }
+
+    fn parse(&mut self, object: DynamicObject) -> Option<Arc<CachedObject>> {
+        let parsed = serde_json::to_value(object)
+            .map_err(|e| InformerError::Serialize {
+                kind: self.state.kind.to_string(),
+                message: e.to_string(),
+            })
+            .and_then(|value| CachedObject::from_value(&self.state.kind, value));
+        match parsed {
+            Ok(object) => Some(Arc::new(object)),
+            Err(error) => {
+                self.state.metrics.error(&self.state.kind.to_string());
+                tracing::warn!(kind = %self.state.kind, %error, "skipping an object the cache cannot take");
+                None
+            }
+        }
+    }
+
+    fn send(&self, event: InformerEvent) {
+        let kind = self.state.kind.to_string();
+        let name = match &event {
+            InformerEvent::Applied { .. } => "applied",
+            InformerEvent::Deleted { .. } => "deleted",
+            InformerEvent::Synced { .. } => "synced",
+        };
+        self.state.metrics.event(&kind, name);
+        self.state.metrics.objects(&kind, self.state.store.len());
+        self.state.subscriber.send(event);
+    }
+
+    /// Counts every failure and logs each distinct message once until the next successful list:
+    /// a kind the API server does not serve (a CRD not yet created) retries with backoff forever
+    /// and must not flood the log.
+    fn watch_failed(&mut self, error: &watcher::Error) {
+        self.state.metrics.error(&self.state.kind.to_string());
+        let message = error.to_string();
+        if self.logged_errors.contains(&message) {
+            return;
+        }
+        if self.logged_errors.len() >= MAX_REMEMBERED_ERRORS {
+            self.logged_errors.clear();
+        }
+        tracing::warn!(kind = %self.state.kind, error = %message, "list/watch failed; retrying with backoff");
+        self.logged_errors.insert(message);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use kube::core::Status;
+    use serde_json::json;
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    fn kind() -> ResourceKind {
+        ResourceKind::new("", "v1", "Pod", "pods", true)
+    }
+
+    fn pod(name: &str, rv: u64) -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": "ns", "uid": format!("uid-{name}"), "resourceVersion": rv.to_string(),
+            "managedFields": [{"manager": "m"}]}}))
+        .unwrap()
+    }
+
+    fn state() -> (InformerState, mpsc::UnboundedReceiver<InformerEvent>) {
+        let subscriber = Subscriber::default();
+        let rx = subscriber.replace();
+        let state = InformerState {
+            kind: kind(),
+            store: Store::default(),
+            synced: Arc::default(),
+            subscriber,
+            metrics: InformerMetrics::default(),
+        };
+        (state, rx)
+    }
+
+    fn describe(event: &InformerEvent) -> String {
+        match event {
+            InformerEvent::Applied { old, new } => format!(
+                "applied {}@{} old={:?}",
+                new.key(),
+                new.resource_version,
+                old.as_ref().map(|o| o.resource_version)
+            ),
+            InformerEvent::Deleted {
+                old,
+                final_state_unknown,
+            } => {
+                format!("deleted {} unknown={final_state_unknown}", old.key())
+            }
+            InformerEvent::Synced { kind } => format!("synced {kind}"),
+        }
+    }
+
+    fn drain(rx: &mut mpsc::UnboundedReceiver<InformerEvent>) -> Vec<String> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| describe(&e))
+            .collect()
+    }
+
+    fn gone() -> watcher::Error {
+        watcher::Error::WatchError(Box::new(
+            Status::failure("too old resource version", "Expired").with_code(410),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_kind_is_synced_after_its_first_complete_list_and_events_follow_in_order() {
+        let (state, mut rx) = state();
+        let store = state.store.clone();
+        let synced = state.synced.clone();
+        let (tx, events) = mpsc::unbounded_channel();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run_informer(
+            state,
+            tokio_stream::wrappers::UnboundedReceiverStream::new(events),
+            cancel.clone(),
+        ));
+
+        tx.send(Ok(watcher::Event::Init)).unwrap();
+        tx.send(Ok(watcher::Event::InitApply(pod("a", 1)))).unwrap();
+        tx.send(Ok(watcher::Event::InitApply(pod("b", 2)))).unwrap();
+        tx.send(Ok(watcher::Event::InitDone)).unwrap();
+        tx.send(Ok(watcher::Event::Apply(pod("a", 3)))).unwrap();
+        tx.send(Ok(watcher::Event::Delete(pod("b", 4)))).unwrap();
+        drop(tx);
+        task.await.unwrap();
+
+        assert!(synced.load(Ordering::Acquire));
+        assert_eq!(
+            drain(&mut rx),
+            [
+                "applied ns/a@1 old=None",
+                "applied ns/b@2 old=None",
+                "synced v1/pods",
+                "applied ns/a@3 old=Some(1)",
+                "deleted ns/b unknown=false",
+            ]
+        );
+        assert_eq!(
+            store.list().iter().map(|o| o.key()).collect::<Vec<_>>(),
+            ["ns/a"]
+        );
+        assert!(
+            store.get("ns/a").unwrap().value["metadata"]
+                .get("managedFields")
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_store_holds_the_change_before_its_event_arrives() {
+        let (state, mut rx) = state();
+        let store = state.store.clone();
+        let (tx, events) = mpsc::unbounded_channel();
+        let cancel = CancellationToken::new();
+        tokio::spawn(run_informer(
+            state,
+            tokio_stream::wrappers::UnboundedReceiverStream::new(events),
+            cancel.clone(),
+        ));
+        tx.send(Ok(watcher::Event::Init)).unwrap();
+        tx.send(Ok(watcher::Event::InitDone)).unwrap();
+        for rv in 1..=50 {
+            tx.send(Ok(watcher::Event::Apply(pod("a", rv)))).unwrap();
+        }
+        assert!(matches!(
+            rx.recv().await,
+            Some(InformerEvent::Synced { .. })
+        ));
+        for rv in 1..=50 {
+            let Some(InformerEvent::Applied { new, .. }) = rx.recv().await else {
+                panic!("expected applied {rv}")
+            };
+            assert_eq!(new.resource_version, rv);
+            assert!(
+                store.get("ns/a").unwrap().resource_version >= rv,
+                "store lags behind event {rv}"
+            );
+        }
+        cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_relist_after_gone_deletes_what_vanished_with_final_state_unknown() {
+        let (state, mut rx) = state();
+        let store = state.store.clone();
+        let stream = futures::stream::iter([
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(pod("a", 1))),
+            Ok(watcher::Event::InitApply(pod("b", 2))),
+            Ok(watcher::Event::InitDone),
+            Err(gone()),
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(pod("b", 2))),
+            Ok(watcher::Event::InitApply(pod("c", 9))),
+            Ok(watcher::Event::InitDone),
+        ]);
+        run_informer(state, stream, CancellationToken::new()).await;
+        assert_eq!(
+            drain(&mut rx),
+            [
+                "applied ns/a@1 old=None",
+                "applied ns/b@2 old=None",
+                "synced v1/pods",
+                "deleted ns/a unknown=true",
+                "applied ns/c@9 old=None",
+                "synced v1/pods",
+            ]
+        );
+        assert_eq!(store.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_kind_the_server_does_not_serve_stays_unsynced_and_counts_errors() {
+        let (state, mut rx) = state();
+        let synced = state.synced.clone();
+        let metrics = state.metrics.clone();
+        let not_found = || {
+            watcher::Error::InitialListFailed(kube::Error::Api(Box::new(
+                Status::failure(
+                    "the server could not find the requested resource",
+                    "NotFound",
+                )
+                .with_code(404),
+            )))
+        };
+        run_informer(
+            state,
+            futures::stream::iter([Err(not_found()), Err(not_found()), Err(not_found())]),
+            CancellationToken::new(),
+        )
+        .await;
+        assert!(!synced.load(Ordering::Acquire));
+        assert_eq!(metrics.errors_of("v1/pods"), 3);
+        assert!(drain(&mut rx).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_garbled_object_is_skipped_and_counted() {
+        let (state, mut rx) = state();
+        let metrics = state.metrics.clone();
+        let store = state.store.clone();
+        let no_uid: DynamicObject =
+            serde_json::from_value(json!({"metadata": {"name": "x", "namespace": "ns"}})).unwrap();
+        let stream = futures::stream::iter([
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(no_uid)),
+            Ok(watcher::Event::InitApply(pod("a", 1))),
+            Ok(watcher::Event::InitDone),
+        ]);
+        run_informer(state, stream, CancellationToken::new()).await;
+        assert_eq!(metrics.errors_of("v1/pods"), 1);
+        assert_eq!(store.len(), 1);
+        assert_eq!(
+            drain(&mut rx),
+            ["applied ns/a@1 old=None", "synced v1/pods"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_informer_stops_even_while_its_stream_is_pending() {
+        let (state, _rx) = state();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run_informer(
+            state,
+            futures::stream::pending(),
+            cancel.clone(),
+        ));
+        cancel.cancel();
+        tokio::time::timeout(std::time::Duration::from_secs(5), task)
+            .await
+            .expect("the informer did not stop within 5 s of cancellation")
+            .unwrap();
+    }
+}
