@@ -10,3 +10,8 @@ pub use queue::{
 mod informer;
 
 pub use informer::{CachedObject, InformerError, InformerEvent, Informers, OwnerRef, Store};
+mod shard;
+
+pub use shard::{
+    ShardCount, ShardError, WorkerId, WorkerWeight, assign, moved, shard_of, stable_hash,
+};
