@@ -5,6 +5,8 @@ mod apiserver;
 mod etcd;
 mod simnodes;
 
+pub use apiserver::{DevCluster, DevClusterConfig, DevClusterError};
+
 pub use etcd::{ETCD_BIN_ENV, EtcdError, EtcdServer};
 pub use simnodes::{
     NODE_LEASE_NAMESPACE, NodeControl, NodeSimulator, SIMULATED_LABEL, SimConfig, SimError,

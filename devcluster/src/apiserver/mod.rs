@@ -1,1 +1,73 @@
-//! The kube-apiserver-like HTTP server.
+//! The kube-apiserver-like HTTP server of `flotilla devcluster`: the Kubernetes REST API stored in real etcd
+//! the way kube-apiserver v1.36 stores it.
+//!
+//! # Shape
+//! * [`registry`] — every served kind is data ([`registry::ResourceInfo`]: group/version/resource/kind,
+//!   scope, subresources, short names, defaulting/validation hooks, field-selector fields, generation and
+//!   deletion policy). Built-ins live in `builtins`; CRDs add entries at run time (`crd`).
+//! * `storage` — the one generic path to etcd: JSON values under `/registry/...` (upstream's keys, e.g.
+//!   `/registry/minions/<node>`, `/registry/services/specs/<ns>/<name>`, CRs under
+//!   `/registry/<group>/<plural>/...`), resourceVersion = etcd mod_revision, compare-and-swap transactions.
+//! * `watch_cache` — ONE etcd watch on `/registry/` into a ring buffer fanned out to every HTTP watcher.
+//! * `objects` — the generic verbs (create, get, list, update, patch, delete, deletecollection, scale,
+//!   binding) with preconditions, finalizers, generation, managedFields.
+//! * `http` / `watch` / `discovery` / `render` — the thin HTTP layer.
+//!
+//! # Differences from upstream (on purpose)
+//! * No authentication or authorization; plain HTTP. JSON only: clients asking for protobuf get JSON; YAML
+//!   request bodies are accepted only for apply patches (a small YAML subset, see `yaml`).
+//! * Discovery: both the legacy documents and aggregated discovery (apidiscovery.k8s.io/v2, served when the
+//!   first Accept alternative asks for `as=APIGroupDiscoveryList`, which is what kubectl does) are served.
+//!   Only the kinds devcluster implements are listed. No OpenAPI documents (`/openapi/*` is 404, kubectl
+//!   falls back to its built-in schemas).
+//! * Watch bookmarks come every `bookmark_interval` (default 1 s; upstream about once a minute).
+//! * The watch cache keeps the last 10 000 events and forgets everything at or below a compaction, so a
+//!   watch or continue token from before a compaction gets 410 Expired at once (upstream may still serve
+//!   it from its cache until its window passes). Lists are always read from etcd, so `resourceVersion=0`
+//!   is as fresh as a quorum read (limit is still ignored for it, as upstream).
+//! * Apply patches (`application/apply-patch+yaml`) are a simplified merge: the body is strategic-merged
+//!   (merge-patched for custom resources) into the live object or creates it; `fieldManager` is required
+//!   (422) and recorded in managedFields with operation Apply, but field ownership conflicts are not
+//!   computed (no 409 for conflicting managers) and fields are not removed when a manager stops applying them.
+//! * managedFields are simplified: one entry per manager/operation listing the fields that request set.
+//! * Unknown fields in built-in objects are stored as sent (no Warning header, `fieldValidation` ignored);
+//!   custom resources are pruned to their schema. CRD schema validation covers types, required, enums.
+//! * core/v1 Events and events.k8s.io/v1 Events are stored separately (no conversion between the two).
+//! * Bound pods are deleted gracefully (deletionTimestamp = now + grace period) and then stay until someone
+//!   deletes them with grace 0 (the node simulator does; nothing removes them on a timer), as upstream
+//!   without a kubelet.
+//! * Namespace deletion marks the namespace Terminating; nothing deletes its content (that is the
+//!   namespace controller's job, which Flotilla runs) — `PUT .../finalize` releases it like upstream.
+//! * CRD deletion removes the CRD's objects inline and the CRD right after (upstream does it from a
+//!   controller, asynchronously); the DELETE answers with the CRD marked Terminating like upstream.
+//! * Service clusterIPs come from 10.0.0.0/24 (10.0.0.1 kept free), nodePorts from 30000-32767; each
+//!   allocation is an etcd key under `/registry/ranges/`.
+//! * `POST /flotilla/v1/compact` is devcluster-only: it compacts etcd at the current revision and answers
+//!   `{"revision": N}`; other routes under `/flotilla/` come from [`DevClusterConfig::extension`].
+
+mod builtins;
+mod continue_token;
+mod crd;
+mod defaults;
+mod discovery;
+mod http;
+mod managed_fields;
+mod meta;
+mod objects;
+mod patch;
+mod query;
+mod registry;
+mod render;
+mod selector;
+mod server;
+mod services;
+mod state;
+mod status;
+mod storage;
+mod typed;
+mod validation;
+mod watch;
+mod watch_cache;
+mod yaml;
+
+pub use server::{DevCluster, DevClusterConfig, DevClusterError};

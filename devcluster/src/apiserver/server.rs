@@ -1,0 +1,298 @@
+//! `DevCluster`: connects to etcd, starts the watch cache and the HTTP server, and hands out kubeconfigs and clients.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::post;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::builtins::builtins;
+use super::registry::Registry;
+use super::state::ApiState;
+use super::storage::{Storage, StorageError};
+use super::watch_cache::{self, WatchCache};
+
+/// How many recent events the watch cache keeps (upstream's default capacity grows to this range).
+const WATCH_CACHE_CAPACITY: usize = 10_000;
+
+/// Configuration of a local API server.
+pub struct DevClusterConfig {
+    /// etcd client URLs, e.g. `http://127.0.0.1:2379`.
+    pub etcd_endpoints: Vec<String>,
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Periodic etcd compaction at the current revision (None = never). Upstream compacts every 5 min.
+    pub compact_interval: Option<Duration>,
+    /// How often watchers that allow bookmarks get a BOOKMARK. Default 1 s so tests see them quickly
+    /// (upstream sends them about once a minute).
+    pub bookmark_interval: Duration,
+    /// Extra devcluster-only routes, served under `/flotilla/`.
+    pub extension: Option<Router>,
+}
+
+impl Default for DevClusterConfig {
+    fn default() -> Self {
+        DevClusterConfig {
+            etcd_endpoints: vec!["http://127.0.0.1:2379".into()],
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            compact_interval: None,
+            bookmark_interval: Duration::from_secs(1),
+            extension: None,
+        }
+    }
+}
+
+/// Failures of the local API server.
+#[derive(Debug, thiserror::Error)]
+pub enum DevClusterError {
+    /// etcd could not be reached.
+    #[error("cannot connect to etcd at {endpoints:?}")]
+    Connect {
+        /// Endpoints tried.
+        endpoints: Vec<String>,
+        /// Cause.
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// A storage operation failed.
+    #[error("etcd storage failed")]
+    Storage(#[from] StorageError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the kubeconfig failed.
+    #[error("cannot write kubeconfig to {path}")]
+    WriteKubeconfig {
+        /// Path.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Building a kube client failed.
+    #[error("cannot build a kube client")]
+    Client(#[source] kube::Error),
+    /// Building the client configuration failed.
+    #[error("cannot build a kube client configuration")]
+    ClientConfig(#[source] kube::config::KubeconfigError),
+}
+
+/// A running local Kubernetes API server. Dropping it (or [`DevCluster::shutdown`]) stops it.
+pub struct DevCluster {
+    addr: SocketAddr,
+    state: ApiState,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Compacts etcd at its current revision and moves the watch cache window past it.
+pub(crate) async fn compact(st: &ApiState) -> Result<i64, StorageError> {
+    let rev = st.storage.compact().await?;
+    st.cache.compacted(rev);
+    Ok(rev)
+}
+
+impl DevCluster {
+    /// Connects to etcd, starts the watch cache and serves the API.
+    ///
+    /// # Errors
+    /// etcd unreachable, listen address unavailable.
+    pub async fn start(config: DevClusterConfig) -> Result<DevCluster, DevClusterError> {
+        let client = etcd_client::Client::connect(&config.etcd_endpoints, None)
+            .await
+            .map_err(|source| DevClusterError::Connect {
+                endpoints: config.etcd_endpoints.clone(),
+                source,
+            })?;
+        let storage = Storage::new(client);
+        let rev = storage.current_revision().await?;
+        let cache = WatchCache::new(rev, WATCH_CACHE_CAPACITY);
+        let cancel = CancellationToken::new();
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| DevClusterError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| DevClusterError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let state = ApiState {
+            registry: Arc::new(Registry::new(builtins())),
+            storage: storage.clone(),
+            cache: cache.clone(),
+            bookmark_interval: config.bookmark_interval,
+            cancel: cancel.clone(),
+            address: addr.to_string(),
+        };
+        let mut tasks = Vec::new();
+        let crd_rx = cache.receiver();
+        tasks.push(tokio::spawn(watch_cache::run(
+            storage.clone(),
+            cache.clone(),
+            rev,
+            config.bookmark_interval,
+            cancel.child_token(),
+        )));
+        super::crd::load_all(&state)
+            .await
+            .map_err(|e| DevClusterError::Storage(StorageError::Corrupt(e.message)))?;
+        tasks.push(tokio::spawn(super::crd::sync(
+            state.registry.clone(),
+            crd_rx,
+            cancel.child_token(),
+        )));
+        if let Some(every) = config.compact_interval {
+            let st = state.clone();
+            let token = cancel.child_token();
+            tasks.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = token.cancelled() => return,
+                        _ = tick.tick() => {
+                            if let Err(e) = compact(&st).await {
+                                tracing::warn!(error = %e, "periodic compaction failed");
+                            }
+                        }
+                    }
+                }
+            }));
+        }
+        let mut flotilla = Router::new()
+            .route("/v1/compact", post(super::http::compact))
+            .with_state(state.clone());
+        if let Some(ext) = config.extension {
+            flotilla = flotilla.merge(ext);
+        }
+        let app = Router::new()
+            .fallback(super::http::dispatch)
+            .with_state(state.clone())
+            .nest("/flotilla", flotilla);
+        let token = cancel.child_token();
+        tasks.push(tokio::spawn(async move {
+            let serve = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { token.cancelled().await });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "devcluster API server stopped");
+            }
+        }));
+        tracing::info!(%addr, "devcluster API server listening");
+        Ok(DevCluster {
+            addr,
+            state,
+            cancel,
+            tasks,
+        })
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig for this server: plain HTTP, no authentication, context `devcluster`.
+    pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
+        use kube::config::{
+            AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
+        };
+        Kubeconfig {
+            clusters: vec![NamedCluster {
+                name: "devcluster".into(),
+                cluster: Some(Cluster {
+                    server: Some(self.url()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            auth_infos: vec![NamedAuthInfo {
+                name: "devcluster".into(),
+                auth_info: Some(AuthInfo::default()),
+                ..Default::default()
+            }],
+            contexts: vec![NamedContext {
+                name: "devcluster".into(),
+                context: Some(Context {
+                    cluster: "devcluster".into(),
+                    user: Some("devcluster".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            current_context: Some("devcluster".into()),
+            kind: Some("Config".into()),
+            api_version: Some("v1".into()),
+            ..Default::default()
+        }
+    }
+
+    /// Writes [`DevCluster::kubeconfig`] as JSON (valid kubeconfig YAML) to `path`.
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), DevClusterError> {
+        let text = serde_json::to_string_pretty(&self.kubeconfig()).unwrap_or_default();
+        std::fs::write(path, text).map_err(|source| DevClusterError::WriteKubeconfig {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// A `kube::Client` for this server.
+    ///
+    /// # Errors
+    /// Client construction failures.
+    pub async fn client(&self) -> Result<kube::Client, DevClusterError> {
+        let config = kube::Config::from_custom_kubeconfig(
+            self.kubeconfig(),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(DevClusterError::ClientConfig)?;
+        kube::Client::try_from(config).map_err(DevClusterError::Client)
+    }
+
+    /// Compacts etcd at the current revision; returns it. Watches and continues from before it then get 410.
+    ///
+    /// # Errors
+    /// etcd failures.
+    pub async fn compact_now(&self) -> Result<i64, DevClusterError> {
+        Ok(compact(&self.state).await?)
+    }
+
+    /// Stops serving: open watches end, the listener closes.
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        for t in self.tasks.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+impl Drop for DevCluster {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}

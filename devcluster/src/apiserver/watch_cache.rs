@@ -1,0 +1,297 @@
+//! The watch cache: ONE etcd watch on `/registry/` kept in a ring buffer of recent events and fanned out to
+//! every HTTP watcher (upstream's cacher, without per-resource caches).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{EventType, WatchOptions};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::storage::{Storage, decode};
+
+/// What happened to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// First write of the key.
+    Added,
+    /// A later write.
+    Modified,
+    /// Removal; the object is the last stored state stamped with the deletion revision.
+    Deleted,
+}
+
+/// One change under `/registry/`.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// etcd revision of the change.
+    pub rev: i64,
+    /// The key.
+    pub key: String,
+    /// What happened.
+    pub kind: EventKind,
+    /// The object after (or, for deletes, before) the change, resourceVersion = `rev`.
+    pub object: Arc<Value>,
+    /// The object before the change (MODIFIED/DELETED), for selector transitions.
+    pub prev: Option<Arc<Value>>,
+}
+
+/// A watch start that cannot be served: the revision is older than the cache window.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("too old resource version: {requested} ({oldest})")]
+pub struct TooOld {
+    /// The requested revision.
+    pub requested: i64,
+    /// The oldest revision a watch can start from + 1 (as upstream prints it).
+    pub oldest: i64,
+}
+
+struct Inner {
+    events: VecDeque<Arc<Event>>,
+    /// Every event with rev > window_start is in `events` (or still to come).
+    window_start: i64,
+    /// The newest revision the cache knows etcd reached.
+    rev: i64,
+}
+
+/// Shared watch cache.
+pub struct WatchCache {
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<Arc<Event>>,
+    capacity: usize,
+}
+
+/// A watcher's starting point: buffered events after its revision plus a live receiver.
+pub struct Subscription {
+    /// Buffered events with rev > the requested revision.
+    pub backlog: Vec<Arc<Event>>,
+    /// Live events (may repeat backlog revisions; skip rev <= last seen).
+    pub live: broadcast::Receiver<Arc<Event>>,
+}
+
+impl WatchCache {
+    /// An empty cache whose window starts at `rev` (events after it will be recorded).
+    pub fn new(rev: i64, capacity: usize) -> Arc<Self> {
+        let (tx, _) = broadcast::channel(capacity.max(16) * 4);
+        Arc::new(WatchCache {
+            inner: Mutex::new(Inner {
+                events: VecDeque::new(),
+                window_start: rev,
+                rev,
+            }),
+            tx,
+            capacity,
+        })
+    }
+
+    /// The newest revision the cache has seen (bookmarks carry it).
+    pub fn revision(&self) -> i64 {
+        self.inner.lock().rev
+    }
+
+    /// Starts a watch from `from` (events with rev > from).
+    ///
+    /// # Errors
+    /// [`TooOld`] when events after `from` may have been dropped.
+    pub fn subscribe(&self, from: i64) -> Result<Subscription, TooOld> {
+        let inner = self.inner.lock();
+        if from < inner.window_start {
+            return Err(TooOld {
+                requested: from,
+                oldest: inner.window_start + 1,
+            });
+        }
+        let backlog = inner
+            .events
+            .iter()
+            .filter(|e| e.rev > from)
+            .cloned()
+            .collect();
+        Ok(Subscription {
+            backlog,
+            live: self.tx.subscribe(),
+        })
+    }
+
+    /// A live receiver only (CRD sync and similar internal consumers).
+    pub fn receiver(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.tx.subscribe()
+    }
+
+    fn push(&self, e: Event) {
+        let e = Arc::new(e);
+        let mut inner = self.inner.lock();
+        inner.rev = inner.rev.max(e.rev);
+        inner.events.push_back(e.clone());
+        while inner.events.len() > self.capacity {
+            if let Some(old) = inner.events.pop_front() {
+                inner.window_start = inner.window_start.max(old.rev);
+            }
+        }
+        // Sending under the lock keeps subscribe() gap-free: a subscriber sees an event either in its
+        // backlog or on its receiver.
+        let _ = self.tx.send(e);
+    }
+
+    fn progress(&self, rev: i64) {
+        let mut inner = self.inner.lock();
+        inner.rev = inner.rev.max(rev);
+    }
+
+    /// Forgets events at or below a compacted revision, so watches from before it get 410 like a real
+    /// apiserver whose cache window has passed (devcluster's cache window ends at the last compaction).
+    pub fn compacted(&self, rev: i64) {
+        let mut inner = self.inner.lock();
+        inner.window_start = inner.window_start.max(rev);
+        while inner.events.front().is_some_and(|e| e.rev <= rev) {
+            inner.events.pop_front();
+        }
+    }
+
+    fn restart_at(&self, rev: i64) {
+        let mut inner = self.inner.lock();
+        inner.events.clear();
+        inner.window_start = rev;
+        inner.rev = inner.rev.max(rev);
+    }
+}
+
+/// Runs the single etcd watch until `cancel`, feeding `cache`; re-establishes the watch when etcd drops it.
+/// `progress_every` asks etcd for progress notifications so bookmarks carry a fresh revision.
+pub async fn run(
+    storage: Storage,
+    cache: Arc<WatchCache>,
+    start: i64,
+    progress_every: Duration,
+    cancel: CancellationToken,
+) {
+    let mut next = start + 1;
+    loop {
+        if cancel.is_cancelled() {
+            return;
+        }
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_prev_key()
+            .with_start_revision(next)
+            .with_progress_notify();
+        let watch = storage.client().watch("/registry/", Some(opts)).await;
+        let (mut watcher, mut stream) = match watch {
+            Ok(w) => w.split(),
+            Err(e) => {
+                tracing::warn!(error = %e, "etcd watch failed to start; retrying");
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                }
+            }
+        };
+        let mut tick = tokio::time::interval(progress_every);
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {
+                    if watcher.request_progress().await.is_err() {
+                        break;
+                    }
+                }
+                msg = stream.message() => {
+                    let resp = match msg {
+                        Ok(Some(r)) => r,
+                        Ok(None) | Err(_) => break,
+                    };
+                    if resp.canceled() {
+                        // Our own watch fell behind a compaction: start over from the current revision.
+                        let rev = storage.current_revision().await.unwrap_or(next);
+                        tracing::warn!(compact = resp.compact_revision(), "etcd watch cancelled; watch cache restarts");
+                        cache.restart_at(rev);
+                        next = rev + 1;
+                        break;
+                    }
+                    if let Some(h) = resp.header() {
+                        if resp.events().is_empty() {
+                            cache.progress(h.revision());
+                        }
+                    }
+                    for ev in resp.events() {
+                        let Some(kv) = ev.kv() else { continue };
+                        let key = String::from_utf8_lossy(kv.key()).into_owned();
+                        let rev = kv.mod_revision();
+                        let prev = ev.prev_kv().and_then(|p| decode(&key, p.value(), p.mod_revision()).ok()).map(Arc::new);
+                        let event = match ev.event_type() {
+                            EventType::Put => {
+                                let Ok(obj) = decode(&key, kv.value(), rev) else { continue };
+                                let kind = if kv.create_revision() == rev { EventKind::Added } else { EventKind::Modified };
+                                Event { rev, key, kind, object: Arc::new(obj), prev }
+                            }
+                            EventType::Delete => {
+                                let rev = resp.header().map_or(rev, |h| h.revision()).max(rev);
+                                let rev = if kv.mod_revision() > 0 { kv.mod_revision() } else { rev };
+                                let mut obj = prev.as_deref().cloned().unwrap_or_else(|| json!({"metadata": {}}));
+                                super::meta::set(&mut obj, "resourceVersion", Value::String(rev.to_string()));
+                                Event { rev, key, kind: EventKind::Deleted, object: Arc::new(obj), prev }
+                            }
+                        };
+                        next = next.max(event.rev + 1);
+                        cache.push(event);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(rev: i64) -> Event {
+        Event {
+            rev,
+            key: format!("/registry/configmaps/ns/{rev}"),
+            kind: EventKind::Added,
+            object: Arc::new(json!({})),
+            prev: None,
+        }
+    }
+
+    #[test]
+    fn a_watch_from_inside_the_window_gets_the_later_events() {
+        let cache = WatchCache::new(10, 100);
+        for r in 11..=15 {
+            cache.push(ev(r));
+        }
+        let sub = cache.subscribe(12).unwrap();
+        assert_eq!(
+            sub.backlog.iter().map(|e| e.rev).collect::<Vec<_>>(),
+            vec![13, 14, 15]
+        );
+    }
+
+    #[test]
+    fn a_watch_from_before_the_window_is_too_old() {
+        let cache = WatchCache::new(10, 3);
+        for r in 11..=15 {
+            cache.push(ev(r));
+        }
+        let err = cache.subscribe(11).err().unwrap();
+        assert_eq!(err.oldest, 13);
+        assert!(cache.subscribe(12).is_ok());
+    }
+
+    #[test]
+    fn compaction_moves_the_window() {
+        let cache = WatchCache::new(10, 100);
+        for r in 11..=15 {
+            cache.push(ev(r));
+        }
+        cache.compacted(14);
+        assert!(cache.subscribe(13).is_err());
+        assert_eq!(cache.subscribe(14).unwrap().backlog.len(), 1);
+    }
+}
