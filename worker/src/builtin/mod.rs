@@ -1,0 +1,82 @@
+//! The registry of built-in controllers (kube-controller-manager's): each contributes its name, its
+//! `--concurrent-<name>-syncs` default and its constructor, so `flotilla worker` grows a flag per
+//! controller without editing the command. None is built yet.
+
+use std::collections::BTreeMap;
+
+use crate::runtime::{SelectionError, concurrency_arg, concurrency_value, select_controllers};
+use crate::sdk::DynController;
+
+/// One built-in controller.
+pub struct Builtin {
+    /// kube-controller-manager's name (`replicaset`, `deployment`, …).
+    pub name: &'static str,
+    /// kube-controller-manager's default of `--concurrent-<name>-syncs`.
+    pub default_concurrency: u32,
+    /// Builds the controller.
+    pub build: fn() -> DynController,
+}
+
+/// Every built-in controller.
+pub fn builtins() -> &'static [Builtin] {
+    &[]
+}
+
+/// The `--concurrent-<name>-syncs` flags of the built-in controllers.
+#[derive(Debug, Clone, Default)]
+pub struct BuiltinConcurrency {
+    values: BTreeMap<String, u32>,
+}
+
+impl clap::FromArgMatches for BuiltinConcurrency {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = Self::default();
+        flags.update_from_arg_matches(matches)?;
+        Ok(flags)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for builtin in builtins() {
+            if let Some(n) = concurrency_value(matches, builtin.name) {
+                self.values.insert(builtin.name.to_owned(), n);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for BuiltinConcurrency {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        builtins().iter().fold(command, |command, b| {
+            command.arg(concurrency_arg(b.name, b.default_concurrency))
+        })
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        Self::augment_args(command)
+    }
+}
+
+/// The built-in controllers `--controllers` enables, with their concurrency flags applied.
+///
+/// # Errors
+/// [`SelectionError`] for an unknown controller name.
+pub fn builtin_controllers(
+    selection: &[String],
+    concurrency: &BuiltinConcurrency,
+) -> Result<Vec<DynController>, SelectionError> {
+    let names: Vec<&str> = builtins().iter().map(|b| b.name).collect();
+    let selected = select_controllers(selection, &names)?;
+    Ok(builtins()
+        .iter()
+        .filter(|b| selected.contains(&b.name))
+        .map(|b| {
+            let n = concurrency
+                .values
+                .get(b.name)
+                .copied()
+                .unwrap_or(b.default_concurrency);
+            (b.build)().with_concurrency(n)
+        })
+        .collect())
+}

@@ -1,0 +1,82 @@
+//! One Dispatch stream to the leader: a channel to its address, the outgoing messages fed from an
+//! unbounded mpsc (as in tonic's streaming example; what goes out is bounded by the worker's credits),
+//! and the incoming stream.
+
+use std::time::Duration;
+
+use flotilla_proto as proto;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Errors of opening a stream.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    /// The leader's address is not a usable URI.
+    #[error("leader address {0:?} is not a valid address")]
+    Address(String),
+    /// No connection could be made.
+    #[error("cannot connect to the leader")]
+    Transport(#[source] tonic::transport::Error),
+    /// The leader refused the stream.
+    #[error("the leader refused the stream: {0}")]
+    Refused(#[source] tonic::Status),
+    /// Connecting took too long.
+    #[error("connecting to the leader timed out")]
+    Timeout,
+}
+
+/// An open stream.
+pub(crate) struct Connection {
+    pub(crate) channel: Channel,
+    tx: mpsc::UnboundedSender<proto::WorkerMessage>,
+    pub(crate) incoming: tonic::Streaming<proto::CoordinatorMessage>,
+}
+
+impl Connection {
+    /// Connects to `address` (`host:port`) and opens `Dispatch.Work`, sending `hello` first.
+    ///
+    /// # Errors
+    /// See [`ConnectError`].
+    pub(crate) async fn open(
+        address: &str,
+        hello: proto::Hello,
+        timeout: Duration,
+    ) -> Result<Self, ConnectError> {
+        let opened = async {
+            let endpoint = Endpoint::from_shared(format!("http://{address}"))
+                .map_err(|_| ConnectError::Address(address.to_owned()))?
+                .connect_timeout(timeout)
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(5))
+                .keep_alive_timeout(Duration::from_secs(5));
+            let channel = endpoint.connect().await.map_err(ConnectError::Transport)?;
+            let (tx, rx) = mpsc::unbounded_channel();
+            // The coordinator may wait for Hello before answering the call, so Hello goes in first.
+            let hello = proto::WorkerMessage {
+                msg: Some(proto::worker_message::Msg::Hello(hello)),
+            };
+            tx.send(hello).map_err(|_| ConnectError::Timeout)?;
+            let mut client = proto::dispatch_client::DispatchClient::new(channel.clone())
+                .max_decoding_message_size(proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(proto::MAX_MESSAGE_BYTES);
+            let response = client
+                .work(UnboundedReceiverStream::new(rx))
+                .await
+                .map_err(ConnectError::Refused)?;
+            Ok(Self {
+                channel,
+                tx,
+                incoming: response.into_inner(),
+            })
+        };
+        tokio::time::timeout(timeout, opened)
+            .await
+            .map_err(|_| ConnectError::Timeout)?
+    }
+
+    /// Queues a message; `false` when the stream is gone.
+    pub(crate) fn send(&self, message: proto::WorkerMessage) -> bool {
+        self.tx.send(message).is_ok()
+    }
+}

@@ -1,0 +1,183 @@
+//! The flags every worker binary shares (`flotilla worker`, custom controller binaries), named like
+//! kube-controller-manager's where the meaning is the same, and their conversion to a [`WorkerConfig`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flotilla_common::{LogFormat, SessionConfig, kube_config};
+use rand::Rng;
+
+use super::config::WorkerConfig;
+
+/// Shared worker flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerFlags {
+    /// Kubeconfig file; without it: in-cluster configuration, then $KUBECONFIG / ~/.kube/config.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// etcd endpoints, comma-separated (http://host:port).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub etcd_endpoints: Vec<String>,
+    /// The fleet to join (etcd prefix /flotilla/<fleet>/).
+    #[arg(long, default_value = "default")]
+    pub fleet: String,
+    /// Where /metrics, /healthz and /readyz are served.
+    #[arg(long, default_value = "0.0.0.0:10258")]
+    pub metrics_listen: SocketAddr,
+    /// Kubernetes API requests per second of this worker, shared by all its reconciles (0 = unlimited).
+    #[arg(long, default_value_t = 20.0)]
+    pub kube_api_qps: f32,
+    /// Kubernetes API burst of this worker.
+    #[arg(long, default_value_t = 30)]
+    pub kube_api_burst: u32,
+    /// This worker's identity in the fleet (default: hostname plus a random suffix).
+    #[arg(long)]
+    pub worker_id: Option<String>,
+    /// TTL of the worker's etcd lease; its items are freed this long after it dies.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub lease_ttl: Duration,
+    /// How often the lease is renewed (at most a third of the TTL).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub lease_renew_interval: Duration,
+    /// How long renewals may fail before the worker declares its lease lost and cancels everything it
+    /// runs (default: the TTL minus one renew interval).
+    #[arg(long, value_parser = parse_duration)]
+    pub lease_renew_deadline: Option<Duration>,
+    /// How long SIGTERM lets running reconciles finish before cancelling them.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace_period: Duration,
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl WorkerFlags {
+    /// The configuration these flags describe (loads the Kubernetes client configuration).
+    ///
+    /// # Errors
+    /// When no Kubernetes configuration can be loaded.
+    pub async fn to_config(&self) -> anyhow::Result<WorkerConfig> {
+        let kube = kube_config(self.kubeconfig.as_deref()).await?;
+        let worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);
+        let mut config =
+            WorkerConfig::new(&worker_id, &self.fleet, self.etcd_endpoints.clone(), kube);
+        config.kube_api_qps = self.kube_api_qps;
+        config.kube_api_burst = self.kube_api_burst;
+        config.session = SessionConfig {
+            ttl: self.lease_ttl,
+            renew_interval: self.lease_renew_interval,
+            renew_deadline: self
+                .lease_renew_deadline
+                .unwrap_or_else(|| self.lease_ttl.saturating_sub(self.lease_renew_interval)),
+        };
+        config.shutdown_grace_period = self.shutdown_grace_period;
+        config.metrics_listen = Some(self.metrics_listen);
+        Ok(config)
+    }
+}
+
+/// The name of the `--concurrent-<controller>-syncs` flag of a controller.
+pub fn concurrency_flag(controller: &str) -> String {
+    format!("concurrent-{controller}-syncs")
+}
+
+/// The `--concurrent-<controller>-syncs` flag of a controller, defaulting to `default`.
+pub fn concurrency_arg(controller: &str, default: u32) -> clap::Arg {
+    let flag = concurrency_flag(controller);
+    clap::Arg::new(flag.clone())
+        .long(flag)
+        .value_parser(clap::value_parser!(u32).range(1..))
+        .default_value(default.to_string())
+        .help(format!(
+            "How many {controller} items this worker reconciles at once"
+        ))
+}
+
+/// The value of a controller's [`concurrency_arg`], if the command has that flag.
+pub fn concurrency_value(matches: &clap::ArgMatches, controller: &str) -> Option<u32> {
+    matches
+        .try_get_one::<u32>(&concurrency_flag(controller))
+        .ok()
+        .flatten()
+        .copied()
+}
+
+/// `<hostname>-<5 random characters>`: unique per process even when pods share a hostname.
+pub fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_owned());
+    let suffix: String = rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(5)
+        .map(|b| char::from(b).to_ascii_lowercase())
+        .collect();
+    format!("{host}-{suffix}")
+}
+
+/// Parses `500ms`, `5s`, `2m`, `1h`, or a plain number of seconds.
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn parse_duration(value: &str) -> Result<Duration, String> {
+    let value = value.trim();
+    let split = value
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{value:?} is not a duration like 5s or 500ms"))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return Err(format!("{value:?} has an unknown unit (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{value:?} is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: WorkerFlags,
+    }
+
+    #[test]
+    fn durations_parse_in_the_units_operators_write() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn defaults_match_kube_controller_manager_and_the_design() {
+        let cli =
+            Cli::try_parse_from(["w", "--etcd-endpoints", "http://a:2379,http://b:2379"]).unwrap();
+        assert_eq!(cli.flags.etcd_endpoints, ["http://a:2379", "http://b:2379"]);
+        assert_eq!(cli.flags.kube_api_qps, 20.0);
+        assert_eq!(cli.flags.kube_api_burst, 30);
+        assert_eq!(cli.flags.lease_ttl, Duration::from_secs(5));
+        assert_eq!(cli.flags.lease_renew_interval, Duration::from_secs(1));
+        assert_eq!(cli.flags.shutdown_grace_period, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_default_worker_id_is_unique_per_call() {
+        assert_ne!(default_worker_id(), default_worker_id());
+    }
+}

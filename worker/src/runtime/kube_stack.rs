@@ -1,0 +1,91 @@
+//! The worker's Kubernetes HTTP stack, built once: a shared hyper client with kube's TLS, base URI,
+//! auth and header layers, behind the per-worker rate limiter. Each reconcile gets its own
+//! `kube::Client` over a clone of it, with the write-recording layer on top.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::ConfigExt;
+use tower::util::BoxCloneSyncService;
+use tower::{BoxError, ServiceBuilder};
+
+use super::rate_limit::{RateLimitLayer, TokenBucket};
+use super::recording::{KindTable, RecordingLayer, WriteJournal};
+
+/// Response body of the shared stack.
+pub(crate) type HttpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+
+type BaseService = BoxCloneSyncService<Request<kube::client::Body>, Response<HttpBody>, BoxError>;
+
+/// Errors of building the stack.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeStackError {
+    /// The kube configuration cannot be turned into a client (TLS material, auth plugin).
+    #[error("cannot build the Kubernetes client stack")]
+    Config(#[source] kube::Error),
+}
+
+/// The shared stack; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct KubeStack {
+    base: BaseService,
+    default_namespace: String,
+    kinds: Arc<KindTable>,
+}
+
+impl KubeStack {
+    /// Builds the stack from `config`, rate limited by `bucket`.
+    ///
+    /// # Errors
+    /// [`KubeStackError::Config`] when TLS or auth cannot be set up from the configuration.
+    pub(crate) fn new(
+        config: &kube::Config,
+        bucket: Arc<TokenBucket>,
+        kinds: KindTable,
+    ) -> Result<Self, KubeStackError> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(config.connect_timeout);
+        let https = config
+            .rustls_https_connector_with_connector(http)
+            .map_err(KubeStackError::Config)?;
+        let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
+            hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+        let service = ServiceBuilder::new()
+            .layer(RateLimitLayer::new(bucket))
+            .layer(config.base_uri_layer())
+            .option_layer(config.auth_layer().map_err(KubeStackError::Config)?)
+            .layer(
+                config
+                    .extra_headers_layer()
+                    .map_err(KubeStackError::Config)?,
+            )
+            .map_response(|response: Response<hyper::body::Incoming>| {
+                response.map(|body| body.map_err(BoxError::from).boxed())
+            })
+            .map_err(BoxError::from)
+            .service(client);
+        Ok(Self {
+            base: BoxCloneSyncService::new(service),
+            default_namespace: config.default_namespace.clone(),
+            kinds: Arc::new(kinds),
+        })
+    }
+
+    /// A client that records nothing (for Events, which no key waits on).
+    pub(crate) fn plain_client(&self) -> kube::Client {
+        kube::Client::new(self.base.clone(), self.default_namespace.clone())
+    }
+
+    /// A client for one reconcile whose successful writes land in `journal`.
+    pub(crate) fn recording_client(&self, journal: WriteJournal) -> kube::Client {
+        let service = ServiceBuilder::new()
+            .layer(RecordingLayer::new(journal, self.kinds.clone()))
+            .service(self.base.clone());
+        kube::Client::new(service, self.default_namespace.clone())
+    }
+}

@@ -1,0 +1,29 @@
+//! The worker runtime: sessions and self-fencing, following the leader, the Dispatch stream with
+//! batched Done and Credit, running reconciles, the recording and rate-limited Kubernetes client,
+//! metrics and shutdown.
+
+mod config;
+mod connection;
+mod custom;
+mod engine;
+mod flags;
+mod kube_stack;
+mod ledger;
+mod metrics;
+mod outbox;
+mod rate_limit;
+mod recording;
+mod selection;
+mod worker;
+
+pub use config::{ConfigError, WorkerConfig};
+pub use custom::{run_custom, run_with_flags};
+pub use flags::{
+    WorkerFlags, concurrency_arg, concurrency_flag, concurrency_value, default_worker_id,
+    parse_duration,
+};
+pub(crate) use kube_stack::KubeStack;
+pub use kube_stack::KubeStackError;
+pub(crate) use recording::{Write, WriteJournal};
+pub use selection::{SelectionError, select_controllers};
+pub use worker::{Worker, WorkerError, run};

@@ -1,0 +1,175 @@
+//! The per-worker Kubernetes API rate limiter (`--kube-api-qps` / `--kube-api-burst`): one token bucket
+//! shared by every reconcile of the worker, as a tower layer that waits for a token rather than failing.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt};
+
+/// A token bucket in the shape of client-go's `flowcontrol` limiter: `qps` tokens per second, at most
+/// `burst` saved up. Callers reserve a token and wait until it is theirs, so waiters are served in the
+/// order they arrived and none is refused.
+#[derive(Debug)]
+pub(crate) struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    state: Mutex<BucketState>,
+}
+
+#[derive(Debug)]
+struct BucketState {
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket. `qps <= 0` means unlimited.
+    pub(crate) fn new(qps: f32, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps: f64::from(qps),
+            burst,
+            state: Mutex::new(BucketState {
+                tokens: burst,
+                last: Instant::now(),
+            }),
+        }
+    }
+
+    /// Takes one token and says how long to wait before using it (`None`: use it now).
+    pub(crate) fn reserve(&self) -> Option<Duration> {
+        if self.qps <= 0.0 {
+            return None;
+        }
+        let now = Instant::now();
+        let mut state = self.state.lock();
+        let elapsed = now.saturating_duration_since(state.last).as_secs_f64();
+        state.last = now;
+        state.tokens = (state.tokens + elapsed * self.qps).min(self.burst) - 1.0;
+        (state.tokens < 0.0).then(|| Duration::from_secs_f64(-state.tokens / self.qps))
+    }
+}
+
+/// Wraps a service so every request first takes a token from the shared bucket.
+#[derive(Clone)]
+pub(crate) struct RateLimitLayer {
+    bucket: Arc<TokenBucket>,
+}
+
+impl RateLimitLayer {
+    pub(crate) fn new(bucket: Arc<TokenBucket>) -> Self {
+        Self { bucket }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimited<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimited {
+            inner,
+            bucket: self.bucket.clone(),
+        }
+    }
+}
+
+/// The service of [`RateLimitLayer`].
+#[derive(Clone)]
+pub(crate) struct RateLimited<S> {
+    inner: S,
+    bucket: Arc<TokenBucket>,
+}
+
+impl<S, R> Service<R> for RateLimited<S>
+where
+    S: Service<R> + Clone + Send + 'static,
+    S::Future: Send,
+    R: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Readiness of the inner service is awaited after the token, on the clone that sends.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let wait = self.bucket.reserve();
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            if let Some(wait) = wait {
+                tokio::time::sleep(wait).await;
+            }
+            inner.oneshot(request).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_bucket_lets_a_burst_through_without_waiting() {
+        let bucket = TokenBucket::new(10.0, 3);
+        assert_eq!(bucket.reserve(), None);
+        assert_eq!(bucket.reserve(), None);
+        assert_eq!(bucket.reserve(), None);
+        assert_eq!(bucket.reserve(), Some(Duration::from_millis(100)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_queue_up_one_interval_apart() {
+        let bucket = TokenBucket::new(10.0, 1);
+        assert_eq!(bucket.reserve(), None);
+        let first = bucket.reserve().unwrap();
+        let second = bucket.reserve().unwrap();
+        assert!(
+            (first.as_secs_f64() - 0.1).abs() < 1e-9,
+            "first wait {first:?}"
+        );
+        assert!(
+            (second.as_secs_f64() - 0.2).abs() < 1e-9,
+            "second wait {second:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bucket_refills_with_time_up_to_the_burst() {
+        let bucket = TokenBucket::new(10.0, 2);
+        bucket.reserve();
+        bucket.reserve();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(bucket.reserve(), None);
+        assert_eq!(bucket.reserve(), None);
+        assert!(
+            bucket.reserve().is_some(),
+            "the refill must stop at the burst"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_qps_means_unlimited() {
+        let bucket = TokenBucket::new(0.0, 1);
+        for _ in 0..100 {
+            assert_eq!(bucket.reserve(), None);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limited_service_waits_for_its_token_instead_of_failing() {
+        let bucket = Arc::new(TokenBucket::new(2.0, 1));
+        let service =
+            tower::service_fn(|x: u32| async move { Ok::<_, std::convert::Infallible>(x) });
+        let mut limited = RateLimitLayer::new(bucket).layer(service);
+        let start = Instant::now();
+        assert_eq!(limited.call(1).await, Ok(1));
+        assert_eq!(limited.call(2).await, Ok(2));
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
+    }
+}

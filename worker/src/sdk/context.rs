@@ -1,0 +1,160 @@
+//! What a reconcile can use besides its request: the recording, rate-limited Kubernetes client, the
+//! coordinator's cache, the prefetched related objects, an event recorder, its span and its cancel token.
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use flotilla_common::ResourceKind;
+use kube::Resource;
+use kube::runtime::events::Recorder;
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use super::cache::CacheClient;
+use super::kind::{KindScope, kind_of, same_resource};
+use crate::runtime::{KubeStack, Write, WriteJournal};
+
+/// Errors of reading prefetched objects.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    /// A prefetched object is not a valid object of the requested kind.
+    #[error("prefetched object is not a valid {kind}: {source}")]
+    Decode {
+        /// The kind asked for.
+        kind: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
+/// The context of one reconcile; cheap to clone. Writes made through [`Context::client`] after the
+/// reconcile returned are not reported to the coordinator.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    worker_id: Arc<str>,
+    controller: Arc<str>,
+    kube: KubeStack,
+    client: OnceLock<kube::Client>,
+    journal: WriteJournal,
+    cache: CacheClient,
+    prefetched: Vec<(ResourceKind, Bytes)>,
+    recorder: Recorder,
+    span: tracing::Span,
+    cancel: CancellationToken,
+}
+
+/// The parts the runtime hands to a reconcile's [`Context`].
+pub(crate) struct ContextParts {
+    pub(crate) worker_id: Arc<str>,
+    pub(crate) controller: Arc<str>,
+    pub(crate) kube: KubeStack,
+    pub(crate) cache: CacheClient,
+    pub(crate) prefetched: Vec<(ResourceKind, Bytes)>,
+    pub(crate) recorder: Recorder,
+    pub(crate) span: tracing::Span,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl Context {
+    pub(crate) fn new(parts: ContextParts) -> Self {
+        let ContextParts {
+            worker_id,
+            controller,
+            kube,
+            cache,
+            prefetched,
+            recorder,
+            span,
+            cancel,
+        } = parts;
+        Self {
+            inner: Arc::new(Inner {
+                worker_id,
+                controller,
+                kube,
+                client: OnceLock::new(),
+                journal: WriteJournal::default(),
+                cache,
+                prefetched,
+                recorder,
+                span,
+                cancel,
+            }),
+        }
+    }
+
+    /// The Kubernetes client of this reconcile. Every create, update, patch and delete it makes is
+    /// reported to the coordinator, which holds the key back until its cache has seen the write; every
+    /// request waits for the worker's `--kube-api-qps` / `--kube-api-burst` limiter.
+    pub fn client(&self) -> kube::Client {
+        self.inner
+            .client
+            .get_or_init(|| self.inner.kube.recording_client(self.inner.journal.clone()))
+            .clone()
+    }
+
+    /// The leading coordinator's cache (the lister).
+    pub fn cache(&self) -> &CacheClient {
+        &self.inner.cache
+    }
+
+    /// The related objects of kind `T` the coordinator shipped with this item (see
+    /// `Controller::prefetch_owned`); empty when the controller did not ask for `T`.
+    ///
+    /// # Errors
+    /// [`ContextError::Decode`] when an object is not a valid `T`.
+    pub fn prefetched<T>(&self) -> Result<Vec<T>, ContextError>
+    where
+        T: Resource<DynamicType = ()> + DeserializeOwned,
+        T::Scope: KindScope,
+    {
+        let kind = kind_of::<T>();
+        self.inner
+            .prefetched
+            .iter()
+            .filter(|(k, _)| same_resource(k, &kind))
+            .map(|(_, bytes)| {
+                serde_json::from_slice(bytes).map_err(|source| ContextError::Decode {
+                    kind: kind.kind.clone(),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    /// An event recorder reporting as this controller on this worker. Events are not reported as
+    /// writes: no key waits for them.
+    pub fn recorder(&self) -> &Recorder {
+        &self.inner.recorder
+    }
+
+    /// The reconcile's span (fields `controller`, `key`, `shard`, `term`, `worker`, `attempt`).
+    pub fn span(&self) -> &tracing::Span {
+        &self.inner.span
+    }
+
+    /// This worker's id.
+    pub fn worker_id(&self) -> &str {
+        &self.inner.worker_id
+    }
+
+    /// The controller's name.
+    pub fn controller(&self) -> &str {
+        &self.inner.controller
+    }
+
+    /// Cancelled when the reconcile must stop at once: the worker lost its lease (its items may be
+    /// handed to others) or is shutting down past its grace period. The runtime also drops the
+    /// reconcile's future then; the token lets work spawned by the reconcile stop too.
+    pub fn cancelled(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+
+    pub(crate) fn take_writes(&self) -> Vec<Write> {
+        self.inner.journal.take()
+    }
+}
