@@ -6,6 +6,7 @@
 /// - `workers/<id>`: one key per live worker, on that worker's lease; its value describes the worker.
 /// - `shards/<n>`: the worker owning shard `n`, on the owner's lease, so a dead worker's shards free
 ///   themselves when its lease expires.
+/// - `controllers/<name>`: the spec of each controller the fleet runs (protobuf `ControllerSpec`).
 #[derive(Debug, Clone)]
 pub struct FleetKeys {
     root: String,
@@ -40,6 +41,17 @@ impl FleetKeys {
     /// The ownership key of shard `n`; zero-padded so keys sort by shard number.
     pub fn shard(&self, n: u32) -> String {
         format!("{}{n:05}", self.shards_prefix())
+    }
+
+    /// Prefix of the controller specs the fleet runs (written by the leader, read by a new leader and by
+    /// hot standbys so they can start informers before any worker connects).
+    pub fn controllers_prefix(&self) -> String {
+        format!("{}controllers/", self.root)
+    }
+
+    /// The spec key of controller `name`.
+    pub fn controller(&self, name: &str) -> String {
+        format!("{}{name}", self.controllers_prefix())
     }
 
     /// Parses the shard number out of an ownership key.

@@ -1,4 +1,23 @@
-//! placeholder
+//! The Flotilla coordinator: the elected process that holds the shared informers and the fleet-wide
+//! workqueue, and shards the queue's keys over gRPC streams to workers.
+//!
+//! - [`Coordinator`] — the process: gRPC services, ops endpoints, the leadership loop (`coordinator`).
+//! - `fleet` — the leader's dispatcher: queues, shard table, worker streams, read-your-writes.
+//! - `queue` — client-go's workqueue, rate limiters and metrics; `shard` — hashing and assignment.
+//! - `informer` — shared informers and the cache; `cache_service`, `dispatch_service`, `admin_service` —
+//!   the gRPC edge.
+
+mod admin_service;
+mod config;
+mod coordinator;
+mod dispatch_service;
+mod fleet;
+mod leader_slot;
+mod metrics;
+
+pub use config::{ConfigError, CoordinatorConfig, default_identity};
+pub use coordinator::{Coordinator, CoordinatorError};
+pub use metrics::FleetMetrics;
 
 mod queue;
 

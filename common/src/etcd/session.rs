@@ -17,11 +17,15 @@ pub struct SessionConfig {
     /// How often the lease is renewed. Default 1 s; must be under a third of the TTL so that one lost
     /// renewal does not put the lease in doubt.
     pub renew_interval: Duration,
+    /// The session counts as lost when no renewal has succeeded for this long since the last good one
+    /// was sent. Default 4 s: one renew interval before the lease can expire, so whoever holds the
+    /// session stops while the lease is certainly still valid.
+    pub renew_deadline: Duration,
 }
 
 impl Default for SessionConfig {
     fn default() -> Self {
-        Self { ttl: Duration::from_secs(5), renew_interval: Duration::from_secs(1) }
+        Self { ttl: Duration::from_secs(5), renew_interval: Duration::from_secs(1), renew_deadline: Duration::from_secs(4) }
     }
 }
 
@@ -41,13 +45,18 @@ impl SessionConfig {
                 self.renew_interval, self.ttl
             )));
         }
+        if !(self.renew_interval < self.renew_deadline && self.renew_deadline < self.ttl) {
+            return Err(SessionError::Config(format!(
+                "renew deadline {:?} must lie between the renew interval {:?} and the lease ttl {:?}",
+                self.renew_deadline, self.renew_interval, self.ttl
+            )));
+        }
         Ok(())
     }
 
-    /// How long before the lease's expiry (as far as this process knows) the session declares itself
-    /// lost: one renew interval, so the holder stops while the lease is certainly still valid.
+    /// How long before the lease's expiry (as far as this process knows) the session declares itself lost.
     fn fence_margin(&self) -> Duration {
-        self.renew_interval
+        self.ttl.saturating_sub(self.renew_deadline)
     }
 }
 
@@ -176,7 +185,7 @@ async fn keep_alive(
             stream.message().await
         };
         // A renewal that takes longer than the margin would leave us past the fence point anyway.
-        match tokio::time::timeout(config.fence_margin(), renewed).await {
+        match tokio::time::timeout(config.renew_interval, renewed).await {
             Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
                 expires_at = sent_at + Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(0));
             }

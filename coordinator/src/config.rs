@@ -1,0 +1,146 @@
+//! The coordinator's configuration: plain data, validated once at start-up.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything a coordinator needs to start.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    /// Identity in the election; default hostname plus a random suffix.
+    pub id: String,
+    /// Kubernetes client configuration (`None`: in-cluster, then `KUBECONFIG`).
+    pub kubeconfig: Option<PathBuf>,
+    /// etcd endpoints for leadership and shard ownership.
+    pub etcd_endpoints: Vec<String>,
+    /// Fleet name: the etcd prefix `/flotilla/<fleet>/`, so several fleets can share one etcd.
+    pub fleet: String,
+    /// Where the gRPC services listen.
+    pub listen: SocketAddr,
+    /// What workers dial to reach this coordinator when it leads (`host:port`). Default: `listen`.
+    pub advertise: Option<String>,
+    /// Where `/metrics`, `/healthz` and `/readyz` listen.
+    pub metrics_listen: SocketAddr,
+    /// Number of shards `S`; fixed for the life of the fleet. Default 256: enough for even spread over
+    /// dozens of workers, few enough that a shard map fits in one etcd range read.
+    pub shards: u32,
+    /// `--leader-elect-lease-duration`: TTL of the leader's lease. Default 5 s, so a standby takes over
+    /// within seconds of a crash (kube-controller-manager uses 15 s).
+    pub lease_duration: Duration,
+    /// `--leader-elect-renew-deadline`: a leader that cannot renew within this stops leading. Default 4 s.
+    pub renew_deadline: Duration,
+    /// `--leader-elect-retry-period`: how often the lease is renewed. Default 1 s.
+    pub retry_period: Duration,
+    /// `--hot-standby`: followers keep their informers synced, so a takeover only re-enqueues.
+    pub hot_standby: bool,
+    /// How long a worker may stay disconnected (or, after a takeover, not yet connected) while its lease
+    /// lives before the leader revokes its lease to take its shards back. Default 10 s.
+    pub worker_reconnect_grace: Duration,
+    /// Read-your-writes bound: a key whose writes the cache has not observed is dispatched again after
+    /// this anyway. Default 5 min, like kube-controller-manager's expectations.
+    pub expectations_timeout: Duration,
+    /// A new stream must say Hello within this, or it is dropped. Default 10 s.
+    pub hello_timeout: Duration,
+}
+
+impl CoordinatorConfig {
+    /// A configuration with every default, for `fleet` on `etcd_endpoints`.
+    pub fn new(fleet: &str, etcd_endpoints: Vec<String>) -> Self {
+        Self {
+            id: default_identity("coordinator"),
+            kubeconfig: None,
+            etcd_endpoints,
+            fleet: fleet.to_owned(),
+            listen: SocketAddr::from(([0, 0, 0, 0], 7450)),
+            advertise: None,
+            metrics_listen: SocketAddr::from(([0, 0, 0, 0], 7451)),
+            shards: 256,
+            lease_duration: Duration::from_secs(5),
+            renew_deadline: Duration::from_secs(4),
+            retry_period: Duration::from_secs(1),
+            hot_standby: false,
+            worker_reconnect_grace: Duration::from_secs(10),
+            expectations_timeout: Duration::from_secs(300),
+            hello_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Checks the configuration once at start-up.
+    ///
+    /// # Errors
+    /// A message naming the bad flag: lease duration must exceed the renew deadline, which must exceed
+    /// the retry period (client-go's rule); shards in 1..=65536; a fleet name etcd keys can carry.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.lease_duration > self.renew_deadline && self.renew_deadline > self.retry_period) {
+            return Err(ConfigError(format!(
+                "--leader-elect-lease-duration ({:?}) must exceed --leader-elect-renew-deadline ({:?}), which must exceed --leader-elect-retry-period ({:?})",
+                self.lease_duration, self.renew_deadline, self.retry_period
+            )));
+        }
+        if self.retry_period.is_zero() || self.lease_duration < Duration::from_secs(2) {
+            return Err(ConfigError("--leader-elect-lease-duration must be at least 2s and the retry period positive".into()));
+        }
+        if self.shards == 0 || self.shards > 65536 {
+            return Err(ConfigError(format!("--shards must be in 1..=65536, not {}", self.shards)));
+        }
+        if self.fleet.is_empty() || self.fleet.contains('/') {
+            return Err(ConfigError(format!("--fleet {:?} must be non-empty and contain no '/'", self.fleet)));
+        }
+        if self.etcd_endpoints.is_empty() {
+            return Err(ConfigError("--etcd-endpoints is required".into()));
+        }
+        Ok(())
+    }
+
+    /// The address workers dial.
+    pub fn advertise_address(&self) -> String {
+        self.advertise.clone().unwrap_or_else(|| self.listen.to_string())
+    }
+}
+
+/// A configuration that cannot work; the message names the flag.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// `<hostname>-<random>`: unique per process, readable in logs.
+pub fn default_identity(role: &str) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| role.to_owned());
+    format!("{host}-{:06x}", rand::random::<u32>() & 0xff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        CoordinatorConfig::new("f", vec!["http://127.0.0.1:2379".into()]).validate().unwrap();
+    }
+
+    #[test]
+    fn a_renew_deadline_at_or_above_the_lease_duration_is_refused() {
+        let mut c = CoordinatorConfig::new("f", vec!["e".into()]);
+        c.renew_deadline = c.lease_duration;
+        assert!(c.validate().unwrap_err().0.contains("--leader-elect-lease-duration"));
+    }
+
+    #[test]
+    fn a_retry_period_at_or_above_the_renew_deadline_is_refused() {
+        let mut c = CoordinatorConfig::new("f", vec!["e".into()]);
+        c.retry_period = c.renew_deadline;
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn zero_shards_are_refused() {
+        let mut c = CoordinatorConfig::new("f", vec!["e".into()]);
+        c.shards = 0;
+        assert!(c.validate().unwrap_err().0.contains("--shards"));
+    }
+}

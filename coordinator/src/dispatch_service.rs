@@ -1,0 +1,138 @@
+//! The gRPC `Dispatch` service: one bidirectional stream per worker. This is the edge: protocol messages
+//! are checked and converted here, and every refusal is a clear status, a metric and a log line.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use flotilla_proto as proto;
+use futures::Stream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{Instrument, info_span, warn};
+
+use crate::fleet::{Command, Done, Hello};
+use crate::leader_slot::LeaderSlot;
+use crate::metrics::FleetMetrics;
+
+/// The `Dispatch` service.
+pub struct DispatchService {
+    slot: LeaderSlot,
+    metrics: FleetMetrics,
+    hello_timeout: Duration,
+    next_conn: AtomicU64,
+}
+
+impl DispatchService {
+    /// A service that forwards to whatever dispatcher `slot` holds.
+    pub fn new(slot: LeaderSlot, metrics: FleetMetrics, hello_timeout: Duration) -> Self {
+        Self { slot, metrics, hello_timeout, next_conn: AtomicU64::new(1) }
+    }
+
+    /// The tonic server, with the fleet's message size limits.
+    pub fn into_server(self) -> proto::dispatch_server::DispatchServer<Self> {
+        proto::dispatch_server::DispatchServer::new(self)
+            .max_decoding_message_size(proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(proto::MAX_MESSAGE_BYTES)
+    }
+
+    fn refuse(&self, reason: &str, status: Status) -> Status {
+        self.metrics.bad(reason);
+        warn!(reason, message = status.message(), "refusing a worker stream");
+        status
+    }
+}
+
+type WorkStream = Pin<Box<dyn Stream<Item = Result<proto::CoordinatorMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl proto::dispatch_server::Dispatch for DispatchService {
+    type WorkStream = WorkStream;
+
+    async fn work(&self, request: Request<Streaming<proto::WorkerMessage>>) -> Result<Response<WorkStream>, Status> {
+        let Some(dispatcher) = self.slot.dispatcher() else { return Err(self.slot.not_leader()) };
+        let mut inbound = request.into_inner();
+        let first = match tokio::time::timeout(self.hello_timeout, inbound.message()).await {
+            Err(_) => {
+                return Err(self.refuse(
+                    "no_hello",
+                    Status::deadline_exceeded(format!("no Hello within {:?}", self.hello_timeout)),
+                ));
+            }
+            Ok(Err(status)) => {
+                return Err(self.refuse("garbled_message", Status::invalid_argument(format!("unreadable message: {}", status.message()))));
+            }
+            Ok(Ok(None)) => return Err(Status::cancelled("stream closed before Hello")),
+            Ok(Ok(Some(message))) => message,
+        };
+        let hello = match first.msg {
+            Some(proto::worker_message::Msg::Hello(hello)) => Hello::try_from(hello)
+                .map_err(|e| self.refuse("invalid_hello", Status::invalid_argument(format!("invalid Hello: {e}"))))?,
+            _ => return Err(self.refuse("no_hello", Status::invalid_argument("the first message must be Hello"))),
+        };
+        let worker = hello.worker_id.clone();
+        let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (reply_tx, reply_rx) = oneshot::channel();
+        if !dispatcher.send(Command::Connect { hello, conn_id, tx: tx.clone(), reply: reply_tx }) {
+            return Err(self.slot.not_leader());
+        }
+        let welcome = reply_rx.await.map_err(|_| self.slot.not_leader())??;
+        let term = welcome.term;
+        let _ = tx.send(Ok(proto::CoordinatorMessage { msg: Some(proto::coordinator_message::Msg::Welcome(welcome)) }));
+        drop(tx);
+        let metrics = self.metrics.clone();
+        let span = info_span!("worker_stream", worker = %worker, term, conn = conn_id);
+        tokio::spawn(
+            async move {
+                loop {
+                    let message = match inbound.message().await {
+                        Ok(Some(message)) => message,
+                        Ok(None) => break,
+                        Err(status) => {
+                            metrics.bad("garbled_message");
+                            warn!(error = %status.message(), "worker stream failed; closing it");
+                            break;
+                        }
+                    };
+                    let cmd = match message.msg {
+                        Some(proto::worker_message::Msg::Credit(c)) => {
+                            Command::Credit { worker: worker.clone(), conn_id, controller: c.controller, n: c.n }
+                        }
+                        Some(proto::worker_message::Msg::Done(batch)) => {
+                            let mut done = Vec::with_capacity(batch.items.len());
+                            for d in batch.items {
+                                match Done::try_from(d) {
+                                    Ok(d) => done.push(d),
+                                    // Keep the item held: a Done we cannot read must not free a key.
+                                    // The worker's next Hello (or its lease) settles it.
+                                    Err(e) => {
+                                        metrics.bad("invalid_done");
+                                        warn!(error = %e, "unreadable Done; the item stays held");
+                                    }
+                                }
+                            }
+                            Command::Done { worker: worker.clone(), conn_id, done }
+                        }
+                        Some(proto::worker_message::Msg::Hello(_)) => {
+                            metrics.bad("second_hello");
+                            warn!("a second Hello on one stream; closing it");
+                            break;
+                        }
+                        None => {
+                            metrics.bad("empty_message");
+                            continue;
+                        }
+                    };
+                    if !dispatcher.send(cmd) {
+                        break;
+                    }
+                }
+                dispatcher.send(Command::Disconnected { worker, conn_id });
+            }
+            .instrument(span),
+        );
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+}

@@ -1,0 +1,1148 @@
+//! The leader's dispatcher: one task per term that owns the fleet workqueues, the shard table, read-your-
+//! writes holds and every worker's stream state. Everything that decides who runs which key happens here,
+//! on one thread, so the exclusivity argument is local:
+//!
+//! - a key is out of its queue (`get`) from dispatch until its Done *and* its writes are observed, so the
+//!   queue never hands it out twice (client-go's processing set, fleet-wide);
+//! - a key goes only to the owner of its shard, and a shard changes owner only when its old owner holds no
+//!   item of it, or its lease is gone (handover without overlap);
+//! - a worker that stops talking keeps its items until it reports them in a new Hello or its lease expires
+//!   (the worker fences itself before that), so a broken stream never frees a key early.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, TxnOp, WatchOptions};
+use flotilla_common::{Elected, Election, ElectionError, FleetKeys, LeaderInfo};
+use flotilla_proto as proto;
+use prost::Message;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::expectations::{Expected, Expectations};
+use super::mapping::Routes;
+use super::messages::{ControllerSpec, Done, Hello, Outcome};
+use super::shards::{Parked, ShardState, ShardTable};
+use super::workers::{Connection, Outbound, WorkerState};
+use crate::config::CoordinatorConfig;
+use crate::informer::{InformerEvent, Informers};
+use crate::metrics::{ControllerLabel, FleetMetrics, OutcomeLabel, ReasonLabel};
+use crate::queue::{QueueMetricsFamilies, WorkQueue};
+use crate::shard::{WorkerWeight, assign, shard_of};
+
+/// Requests to the dispatcher, from the gRPC services.
+#[derive(Debug)]
+pub enum Command {
+    /// A worker said Hello on a new stream.
+    Connect { hello: Hello, conn_id: u64, tx: Outbound, reply: oneshot::Sender<Result<proto::Welcome, tonic::Status>> },
+    /// A worker granted credits.
+    Credit { worker: String, conn_id: u64, controller: String, n: u32 },
+    /// A worker finished items.
+    Done { worker: String, conn_id: u64, done: Vec<Done> },
+    /// A worker's stream ended.
+    Disconnected { worker: String, conn_id: u64 },
+    /// Admin status.
+    Status { reply: oneshot::Sender<proto::StatusResponse> },
+    /// Adds keys directly (benchmarks and tests drive the queue without objects).
+    Enqueue { controller: String, keys: Vec<String> },
+}
+
+/// A handle to the running dispatcher of the current term.
+#[derive(Clone, Debug)]
+pub struct DispatcherHandle {
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+impl DispatcherHandle {
+    /// Sends a command; false once the term has ended.
+    pub fn send(&self, cmd: Command) -> bool {
+        self.tx.send(cmd).is_ok()
+    }
+}
+
+/// Why a term ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum TermError {
+    /// Another coordinator leads now.
+    #[error("deposed")]
+    Deposed(#[source] ElectionError),
+    /// etcd failed at a point the term cannot continue from.
+    #[error("etcd failed")]
+    Etcd(#[source] etcd_client::Error),
+}
+
+impl From<ElectionError> for TermError {
+    fn from(e: ElectionError) -> Self {
+        Self::Deposed(e)
+    }
+}
+
+/// Everything a term needs from the process.
+pub struct TermContext {
+    pub config: Arc<CoordinatorConfig>,
+    pub etcd: Client,
+    pub election: Election,
+    pub elected: Elected,
+    pub leader: LeaderInfo,
+    pub informers: Informers,
+    pub metrics: FleetMetrics,
+    pub queue_metrics: QueueMetricsFamilies,
+}
+
+/// A worker registration as stored in etcd (`workers/<id>`), written by the worker.
+#[derive(Debug, serde::Deserialize)]
+struct Registration {
+    #[serde(default)]
+    capacity: u32,
+}
+
+enum RegistryEvent {
+    Up { id: String, lease_id: i64, capacity: u32 },
+    Down { id: String },
+}
+
+struct ControllerState {
+    spec: ControllerSpec,
+    queue: WorkQueue<String>,
+    synced: bool,
+    next_resync: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Item {
+    controller: String,
+    key: String,
+    worker: String,
+    shard: u32,
+    /// Reported held from an earlier term: not in this term's queue as processing.
+    foreign: bool,
+}
+
+/// How long a new leader waits for the workers it finds registered to say Hello before it rebalances.
+const SETTLE: Duration = Duration::from_secs(2);
+/// etcd's default limit of operations in one transaction is 128; each claim is one compare and one put.
+const TXN_CHUNK: usize = 60;
+
+/// Starts the dispatcher of one term; it runs until `stop` is cancelled or the term ends on its own
+/// (deposed, or etcd lost). The returned handle serves the gRPC services.
+pub fn spawn(ctx: TermContext, stop: CancellationToken) -> (DispatcherHandle, tokio::task::JoinHandle<Result<(), TermError>>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut d = Dispatcher::new(ctx);
+        d.run(rx, stop).await
+    });
+    (DispatcherHandle { tx }, task)
+}
+
+struct Dispatcher {
+    ctx: TermContext,
+    term: u64,
+    keys: FleetKeys,
+    controllers: HashMap<String, ControllerState>,
+    routes: Routes,
+    workers: HashMap<String, WorkerState>,
+    shards: ShardTable,
+    items: HashMap<(u64, u64), Item>,
+    next_item: u64,
+    /// Keys held by a worker from an earlier term, and keys of this term waiting for them to finish.
+    foreign_keys: HashSet<(String, String)>,
+    deferred: HashSet<(String, String)>,
+    expectations: Expectations,
+    outbox: HashMap<String, Vec<proto::Assign>>,
+    pending_moves: BTreeSet<u32>,
+    needs_rebalance: bool,
+    settle_until: Instant,
+}
+
+impl Dispatcher {
+    fn new(ctx: TermContext) -> Self {
+        let term = ctx.elected.term();
+        let keys = FleetKeys::new(&ctx.config.fleet);
+        let shards = ShardTable::new(ctx.config.shards);
+        Self {
+            term,
+            keys,
+            controllers: HashMap::new(),
+            routes: Routes::default(),
+            workers: HashMap::new(),
+            shards,
+            items: HashMap::new(),
+            next_item: 1,
+            foreign_keys: HashSet::new(),
+            deferred: HashSet::new(),
+            expectations: Expectations::default(),
+            outbox: HashMap::new(),
+            pending_moves: BTreeSet::new(),
+            needs_rebalance: true,
+            settle_until: Instant::now() + SETTLE,
+            ctx,
+        }
+    }
+
+    async fn run(&mut self, mut commands: mpsc::UnboundedReceiver<Command>, stop: CancellationToken) -> Result<(), TermError> {
+        let mut events = self.ctx.informers.subscribe();
+        let revision = self.load().await?;
+        let (reg_tx, mut registry) = mpsc::unbounded_channel();
+        let watch_stop = stop.child_token();
+        let _watch_guard = watch_stop.clone().drop_guard();
+        tokio::spawn(watch_registry(self.ctx.etcd.clone(), self.keys.clone(), revision + 1, reg_tx, watch_stop));
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        info!(term = self.term, workers = self.workers.len(), controllers = self.controllers.len(), "leading");
+        loop {
+            let deadline = self.next_deadline();
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                cmd = commands.recv() => {
+                    let Some(cmd) = cmd else { break };
+                    self.handle(cmd).await?;
+                    for _ in 0..4096 {
+                        match commands.try_recv() {
+                            Ok(cmd) => self.handle(cmd).await?,
+                            Err(_) => break,
+                        }
+                    }
+                }
+                ev = events.recv() => {
+                    if let Some(ev) = ev {
+                        self.on_informer_event(ev);
+                        for _ in 0..4096 {
+                            match events.try_recv() {
+                                Ok(ev) => self.on_informer_event(ev),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                }
+                reg = registry.recv() => match reg {
+                    Some(reg) => self.on_registry(reg),
+                    None => return Err(TermError::Etcd(etcd_client::Error::WatchError("worker registry watch ended".into()))),
+                },
+                () = sleep_until_opt(deadline) => self.promote_due(),
+                _ = tick.tick() => self.periodic().await?,
+            }
+            self.pump();
+            self.flush();
+            if !self.pending_moves.is_empty() {
+                self.complete_moves().await?;
+                self.pump();
+                self.flush();
+            }
+        }
+        Ok(())
+    }
+
+    // ---- start of term -------------------------------------------------------------------------
+
+    /// Reads workers, shard owners and controller specs; returns the revision to watch from.
+    async fn load(&mut self) -> Result<i64, TermError> {
+        let mut etcd = self.ctx.etcd.clone();
+        let now = Instant::now();
+        let workers = etcd
+            .get(self.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(TermError::Etcd)?;
+        let revision = workers.header().map_or(0, |h| h.revision());
+        for kv in workers.kvs() {
+            let Some(id) = self.keys.parse_worker(kv.key()) else { continue };
+            let capacity = serde_json::from_slice::<Registration>(kv.value()).map(|r| r.capacity).unwrap_or(1);
+            self.workers.insert(id.to_owned(), WorkerState::registered(id, kv.lease(), capacity, now));
+        }
+        let shards = etcd
+            .get(self.keys.shards_prefix(), Some(GetOptions::new().with_prefix().with_revision(revision)))
+            .await
+            .map_err(TermError::Etcd)?;
+        for kv in shards.kvs() {
+            let (Some(s), Ok(owner)) = (self.keys.parse_shard(kv.key()), std::str::from_utf8(kv.value())) else {
+                continue;
+            };
+            if s < self.shards.count() {
+                self.shards.set_state(s, ShardState::Owned(owner.to_owned()));
+            }
+        }
+        let specs = etcd
+            .get(self.keys.controllers_prefix(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(TermError::Etcd)?;
+        for kv in specs.kvs() {
+            match proto::ControllerSpec::decode(kv.value()).map_err(|e| e.to_string()).and_then(|p| {
+                ControllerSpec::try_from(p).map_err(|e| e.to_string())
+            }) {
+                Ok(spec) => self.register_controller(spec),
+                Err(err) => warn!(error = %err, "ignoring an unreadable controller spec in etcd"),
+            }
+        }
+        Ok(revision)
+    }
+
+    fn register_controller(&mut self, spec: ControllerSpec) {
+        for kind in spec.kinds() {
+            self.ctx.informers.ensure(&kind);
+        }
+        let limiter = match spec.rate_limiter.build::<String>() {
+            Ok(limiter) => limiter,
+            Err(err) => {
+                warn!(controller = %spec.name, error = %err, "invalid rate limiter; using the defaults");
+                crate::queue::default_controller_rate_limiter()
+            }
+        };
+        let queue = WorkQueue::new(&spec.name, Box::new(limiter), self.ctx.queue_metrics.for_queue(&spec.name));
+        self.routes.add(&spec);
+        let next_resync = spec.resync.map(|r| Instant::now() + r);
+        let name = spec.name.clone();
+        self.controllers.insert(name.clone(), ControllerState { spec, queue, synced: false, next_resync });
+        self.check_synced(&name);
+    }
+
+    /// Opens the sync gate of `controller` once every informer it needs has synced, enqueueing every
+    /// primary object (the initial list, or the re-enqueue of a takeover).
+    fn check_synced(&mut self, controller: &str) {
+        let Some(state) = self.controllers.get_mut(controller) else { return };
+        if state.synced || !state.spec.kinds().iter().all(|k| self.ctx.informers.is_synced(k)) {
+            return;
+        }
+        state.synced = true;
+        if let Some(store) = self.ctx.informers.store(&state.spec.primary) {
+            for object in store.list() {
+                state.queue.add(object.key());
+            }
+        }
+        info!(controller, "caches synced; dispatching");
+    }
+
+    // ---- commands ------------------------------------------------------------------------------
+
+    async fn handle(&mut self, cmd: Command) -> Result<(), TermError> {
+        match cmd {
+            Command::Connect { hello, conn_id, tx, reply } => {
+                let result = self.connect(hello, conn_id, tx).await?;
+                let _ = reply.send(result);
+            }
+            Command::Credit { worker, conn_id, controller, n } => {
+                let Some(w) = self.workers.get_mut(&worker).filter(|w| w.conn.as_ref().is_some_and(|c| c.id == conn_id)) else {
+                    return Ok(());
+                };
+                if !w.grant(&controller, n) {
+                    self.ctx.metrics.bad("credit_for_unknown_controller");
+                    warn!(worker, controller, "credit for a controller the worker did not register; ignored");
+                }
+            }
+            Command::Done { worker, conn_id, done } => {
+                let current = self.workers.get(&worker).and_then(|w| w.conn.as_ref()).is_some_and(|c| c.id == conn_id);
+                if !current {
+                    // A stale stream: the worker's Hello on its new stream settled what it holds.
+                    return Ok(());
+                }
+                for d in done {
+                    self.on_done(&worker, d);
+                }
+            }
+            Command::Disconnected { worker, conn_id } => {
+                if let Some(w) = self.workers.get_mut(&worker)
+                    && w.conn.as_ref().is_some_and(|c| c.id == conn_id)
+                {
+                    info!(worker, "worker stream ended; its items stay held until it returns or its lease expires");
+                    w.conn = None;
+                    w.disconnected_since = Some(Instant::now());
+                    for credits in w.credits.values_mut() {
+                        *credits = 0;
+                    }
+                }
+            }
+            Command::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Command::Enqueue { controller, keys } => {
+                if let Some(state) = self.controllers.get_mut(&controller) {
+                    for key in keys {
+                        state.queue.add(key);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn connect(&mut self, hello: Hello, conn_id: u64, tx: Outbound) -> Result<Result<proto::Welcome, tonic::Status>, TermError> {
+        let id = hello.worker_id.clone();
+        if hello.known_term > self.term {
+            self.ctx.metrics.bad("stale_term");
+            return Ok(Err(tonic::Status::failed_precondition(format!(
+                "worker {id} has seen term {}, newer than this leader's term {}",
+                hello.known_term, self.term
+            ))));
+        }
+        // Identity: the worker must be registered in etcd on the lease it names. (mTLS adds the
+        // certificate check in front of this.)
+        let registered = self.workers.get(&id).and_then(|w| w.lease_id) == Some(hello.lease_id);
+        if !registered && !self.confirm_registration(&id, hello.lease_id).await? {
+            self.ctx.metrics.bad("unregistered_worker");
+            warn!(worker = %id, lease = hello.lease_id, "refusing a worker that is not registered on its lease");
+            return Ok(Err(tonic::Status::permission_denied(format!(
+                "worker {id} is not registered in etcd with lease {:x}",
+                hello.lease_id
+            ))));
+        }
+        let mut rejected = Vec::new();
+        let mut accepted = Vec::new();
+        for (spec, concurrency) in hello.controllers {
+            // Decide before awaiting: a queue is not Sync, so no borrow of it may live across an await.
+            let known = self.controllers.get(&spec.name).map(|existing| existing.spec == spec);
+            match known {
+                Some(false) => {
+                    self.ctx.metrics.bad("controller_spec_mismatch");
+                    rejected.push(proto::Rejected {
+                        controller: spec.name.clone(),
+                        reason: "spec differs from the one the fleet runs; roll all workers to one version".into(),
+                    });
+                }
+                Some(true) => accepted.push((spec.name.clone(), concurrency)),
+                None => {
+                    self.persist_spec(&spec).await?;
+                    accepted.push((spec.name.clone(), concurrency));
+                    self.register_controller(spec);
+                }
+            }
+        }
+        // Reconcile what the worker says it holds with what this leader thinks it holds.
+        let held: HashSet<(u64, u64)> = hello.held.iter().map(|h| (h.term, h.item_id)).collect();
+        let ours: Vec<(u64, u64)> = self.workers.get(&id).map(|w| w.items.iter().copied().collect()).unwrap_or_default();
+        for item_id in ours {
+            if !held.contains(&item_id) {
+                // Finished while the stream was down, or never received: run it again to be sure.
+                self.ctx.metrics.reclaimed.get_or_create(&ReasonLabel { reason: "not_held_at_reconnect".into() }).inc();
+                self.reclaim(item_id);
+            }
+        }
+        let Some(w) = self.workers.get_mut(&id) else {
+            return Ok(Err(tonic::Status::permission_denied(format!("worker {id} lost its registration"))));
+        };
+        for h in &hello.held {
+            if h.term >= self.term || self.items.contains_key(&(h.term, h.item_id)) {
+                continue;
+            }
+            let shard = shard_of(&h.controller, &h.key, self.shards.count());
+            self.shards.item_out(shard);
+            *w.in_flight.entry(h.controller.clone()).or_default() += 1;
+            w.items.insert((h.term, h.item_id));
+            self.foreign_keys.insert((h.controller.clone(), h.key.clone()));
+            self.items.insert(
+                (h.term, h.item_id),
+                Item { controller: h.controller.clone(), key: h.key.clone(), worker: id.clone(), shard, foreign: true },
+            );
+        }
+        w.concurrency = accepted.into_iter().collect();
+        w.credits.clear();
+        w.capacity = w.concurrency.values().sum::<u32>().max(1);
+        w.conn = Some(Connection { id: conn_id, tx });
+        w.handshaken = true;
+        w.disconnected_since = None;
+        let shards = self.shards.owned_by(&id);
+        self.needs_rebalance = true;
+        info!(worker = %id, held = hello.held.len(), shards = shards.len(), "worker connected");
+        Ok(Ok(proto::Welcome { term: self.term, leader_id: self.ctx.leader.id.clone(), shards, rejected }))
+    }
+
+    async fn confirm_registration(&mut self, id: &str, lease_id: i64) -> Result<bool, TermError> {
+        let mut etcd = self.ctx.etcd.clone();
+        let resp = etcd.get(self.keys.worker(id), None).await.map_err(TermError::Etcd)?;
+        let Some(kv) = resp.kvs().first() else { return Ok(false) };
+        if kv.lease() != lease_id {
+            return Ok(false);
+        }
+        let capacity = serde_json::from_slice::<Registration>(kv.value()).map(|r| r.capacity).unwrap_or(1);
+        self.on_registry(RegistryEvent::Up { id: id.to_owned(), lease_id, capacity });
+        Ok(true)
+    }
+
+    async fn persist_spec(&mut self, spec: &ControllerSpec) -> Result<(), TermError> {
+        let encoded = super::spec_codec::encode(spec);
+        self.ctx
+            .election
+            .fenced_txn(&self.ctx.elected, vec![], vec![TxnOp::put(self.keys.controller(&spec.name), encoded, None)])
+            .await?;
+        Ok(())
+    }
+
+    // ---- items ---------------------------------------------------------------------------------
+
+    fn on_done(&mut self, worker: &str, d: Done) {
+        let id = (d.term, d.item_id);
+        match self.items.get(&id) {
+            Some(item) if item.worker == worker => {}
+            _ => {
+                self.ctx.metrics.bad("done_for_unknown_item");
+                warn!(worker, term = d.term, item = d.item_id, "Done for an item the worker does not hold; ignored");
+                return;
+            }
+        }
+        let Some(item) = self.items.remove(&id) else { return };
+        self.release(&item, id);
+        let outcome = match d.outcome {
+            Outcome::Success => "success",
+            Outcome::RequeueAfter(_) => "requeue_after",
+            Outcome::Error => "error",
+        };
+        self.ctx
+            .metrics
+            .done
+            .get_or_create(&OutcomeLabel { controller: item.controller.clone(), outcome: outcome.into() })
+            .inc();
+        if d.outcome == Outcome::Error {
+            debug!(controller = %item.controller, key = %item.key, error = %d.error, "reconcile failed; retrying with backoff");
+        }
+        let Some(state) = self.controllers.get_mut(&item.controller) else { return };
+        match d.outcome {
+            Outcome::Success => state.queue.forget(&item.key),
+            Outcome::RequeueAfter(after) => {
+                state.queue.forget(&item.key);
+                state.queue.add_after(item.key.clone(), after);
+            }
+            Outcome::Error => state.queue.add_rate_limited(item.key.clone()),
+        }
+        if item.foreign {
+            self.finish_foreign(&item.controller, &item.key);
+            return;
+        }
+        // Read-your-writes: hold the key (keep it processing) until the cache shows every write.
+        let mut unobserved = Vec::new();
+        for w in d.writes {
+            let Some(expected) = Expected::of(w.op, w.resource_version) else { continue };
+            // Only kinds with an informer can be observed; others would hold the key for nothing.
+            let Some(store) = self.ctx.informers.store(&w.kind) else { continue };
+            let cached = store.get(&w.key).map(|o| o.resource_version);
+            if !expected.satisfied_by(cached) {
+                unobserved.push((w.kind, w.key, expected));
+            }
+        }
+        if unobserved.is_empty() {
+            state.queue.done(&item.key);
+        } else {
+            let deadline = Instant::now() + self.ctx.config.expectations_timeout;
+            self.expectations.hold(&item.controller, &item.key, unobserved, deadline);
+            self.ctx.metrics.ryw_holds.set(i64::try_from(self.expectations.len()).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Bookkeeping of an item that left its worker.
+    fn release(&mut self, item: &Item, id: (u64, u64)) {
+        if let Some(w) = self.workers.get_mut(&item.worker) {
+            w.items.remove(&id);
+            if let Some(n) = w.in_flight.get_mut(&item.controller) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        if self.shards.item_back(item.shard) == 0 && matches!(self.shards.state(item.shard), ShardState::Moving { .. }) {
+            self.pending_moves.insert(item.shard);
+        }
+    }
+
+    /// Takes an item back without a Done and runs its key again.
+    fn reclaim(&mut self, id: (u64, u64)) {
+        let Some(item) = self.items.remove(&id) else { return };
+        self.release(&item, id);
+        if item.foreign {
+            self.finish_foreign(&item.controller, &item.key);
+            if let Some(state) = self.controllers.get_mut(&item.controller) {
+                state.queue.add(item.key);
+            }
+            return;
+        }
+        if let Some(state) = self.controllers.get_mut(&item.controller) {
+            state.queue.done(&item.key);
+            state.queue.add(item.key);
+        }
+    }
+
+    fn finish_foreign(&mut self, controller: &str, key: &str) {
+        let pair = (controller.to_owned(), key.to_owned());
+        self.foreign_keys.remove(&pair);
+        if self.deferred.remove(&pair) {
+            self.route(pair.0, pair.1);
+        }
+    }
+
+    // ---- routing -------------------------------------------------------------------------------
+
+    /// Moves keys from the queues to workers while workers have credits.
+    fn pump(&mut self) {
+        let names: Vec<String> = self.controllers.keys().cloned().collect();
+        for name in names {
+            // Keys already routed to a worker go first.
+            let ready: Vec<String> = self
+                .workers
+                .values()
+                .filter(|w| w.is_dispatchable() && w.credits(&name) > 0 && w.backlog.get(&name).is_some_and(|b| !b.is_empty()))
+                .map(|w| w.id.clone())
+                .collect();
+            for worker in ready {
+                self.drain_backlog(&worker, &name);
+            }
+            loop {
+                let Some(state) = self.controllers.get_mut(&name) else { break };
+                if !state.synced {
+                    break;
+                }
+                // Pull only while someone can take work, so the queue (and workqueue_depth) keeps what
+                // nobody can run yet.
+                if !self.workers.values().any(|w| w.is_dispatchable() && w.credits(&name) > 0) {
+                    break;
+                }
+                let Some(key) = state.queue.get() else { break };
+                self.route(name.clone(), key);
+            }
+        }
+        let backlog = self.workers.values().map(WorkerState::backlog_len).sum::<usize>() + self.shards.parked_len();
+        self.ctx.metrics.backlog.set(i64::try_from(backlog).unwrap_or(i64::MAX));
+    }
+
+    /// Sends `key` (processing in its queue) to the owner of its shard, or keeps it until it can be sent.
+    fn route(&mut self, controller: String, key: String) {
+        let pair = (controller, key);
+        if self.foreign_keys.contains(&pair) {
+            self.deferred.insert(pair);
+            return;
+        }
+        let (controller, key) = pair;
+        let shard = shard_of(&controller, &key, self.shards.count());
+        let Some(owner) = self.shards.dispatch_owner(shard).map(str::to_owned) else {
+            self.shards.park(shard, Parked { controller, key });
+            return;
+        };
+        let Some(w) = self.workers.get_mut(&owner) else {
+            self.shards.park(shard, Parked { controller, key });
+            return;
+        };
+        let backlog_empty = w.backlog.get(&controller).is_none_or(|b| b.is_empty());
+        if w.is_dispatchable() && w.credits(&controller) > 0 && backlog_empty {
+            self.send_item(&owner, controller, key, shard);
+        } else {
+            w.backlog.entry(controller).or_default().push_back((key, shard));
+        }
+    }
+
+    fn drain_backlog(&mut self, worker: &str, controller: &str) {
+        loop {
+            let Some(w) = self.workers.get_mut(worker) else { return };
+            if !w.is_dispatchable() || w.credits(controller) == 0 {
+                return;
+            }
+            let Some((key, shard)) = w.backlog.get_mut(controller).and_then(|b| b.pop_front()) else { return };
+            self.send_item(worker, controller.to_owned(), key, shard);
+        }
+    }
+
+    fn send_item(&mut self, worker: &str, controller: String, key: String, shard: u32) {
+        let item_id = self.next_item;
+        self.next_item += 1;
+        let Some(state) = self.controllers.get(&controller) else { return };
+        let attempt = state.queue.num_requeues(&key);
+        let (object, prefetched) = self.payload(&state.spec, &key);
+        let Some(w) = self.workers.get_mut(worker) else { return };
+        if let Some(c) = w.credits.get_mut(&controller) {
+            *c -= 1;
+        }
+        *w.in_flight.entry(controller.clone()).or_default() += 1;
+        w.items.insert((self.term, item_id));
+        self.shards.item_out(shard);
+        self.ctx.metrics.assigned.get_or_create(&ControllerLabel { controller: controller.clone() }).inc();
+        self.outbox.entry(worker.to_owned()).or_default().push(proto::Assign {
+            item_id,
+            term: self.term,
+            controller: controller.clone(),
+            key: key.clone(),
+            shard,
+            attempt,
+            object,
+            prefetched,
+            traceparent: String::new(),
+        });
+        self.items.insert((self.term, item_id), Item { controller, key, worker: worker.to_owned(), shard, foreign: false });
+    }
+
+    /// The primary object and the prefetched related objects, straight from the cache's serialization.
+    fn payload(&self, spec: &ControllerSpec, key: &str) -> (bytes::Bytes, Vec<proto::PrefetchedObject>) {
+        let Some(object) = self.ctx.informers.store(&spec.primary).and_then(|s| s.get(key)) else {
+            return (bytes::Bytes::new(), Vec::new());
+        };
+        let mut prefetched = Vec::new();
+        for kind in &spec.prefetch_owned {
+            let Some(store) = self.ctx.informers.store(kind) else { continue };
+            for owned in store.by_owner_uid(&object.uid) {
+                prefetched.push(proto::PrefetchedObject { kind: Some(kind.into()), object: owned.json.clone() });
+            }
+        }
+        (object.json.clone(), prefetched)
+    }
+
+    fn flush(&mut self) {
+        for (worker, items) in self.outbox.drain() {
+            if let Some(w) = self.workers.get(&worker) {
+                // A failed send means the stream just broke: the items stay held by the worker until it
+                // reports them in its next Hello or its lease expires.
+                w.send(proto::coordinator_message::Msg::Assign(proto::AssignBatch { items }));
+            }
+        }
+    }
+
+    // ---- informer events -----------------------------------------------------------------------
+
+    fn on_informer_event(&mut self, ev: InformerEvent) {
+        let mut keys = Vec::new();
+        match ev {
+            InformerEvent::Applied { old, new } => {
+                let released = self.expectations.observe(&new.kind, &new.key(), Some(new.resource_version));
+                self.release_holds(released);
+                self.routes.keys_for(&new, &self.ctx.informers, &mut keys);
+                if let Some(old) = old {
+                    self.routes.keys_for(&old, &self.ctx.informers, &mut keys);
+                }
+            }
+            InformerEvent::Deleted { old, .. } => {
+                let released = self.expectations.observe(&old.kind, &old.key(), None);
+                self.release_holds(released);
+                self.routes.keys_for(&old, &self.ctx.informers, &mut keys);
+            }
+            InformerEvent::Synced { .. } => {
+                let names: Vec<String> = self.controllers.keys().cloned().collect();
+                for name in names {
+                    self.check_synced(&name);
+                }
+            }
+        }
+        for (controller, key) in keys {
+            if let Some(state) = self.controllers.get_mut(&controller) {
+                state.queue.add(key);
+            }
+        }
+    }
+
+    fn release_holds(&mut self, released: Vec<(String, String)>) {
+        if released.is_empty() {
+            return;
+        }
+        for (controller, key) in released {
+            if let Some(state) = self.controllers.get_mut(&controller) {
+                state.queue.done(&key);
+            }
+        }
+        self.ctx.metrics.ryw_holds.set(i64::try_from(self.expectations.len()).unwrap_or(i64::MAX));
+    }
+
+    // ---- time ----------------------------------------------------------------------------------
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.controllers.values().filter_map(|c| c.queue.next_deadline()).min()
+    }
+
+    fn promote_due(&mut self) {
+        let now = Instant::now();
+        for state in self.controllers.values_mut() {
+            state.queue.promote_due(now);
+        }
+    }
+
+    async fn periodic(&mut self) -> Result<(), TermError> {
+        let now = Instant::now();
+        self.promote_due();
+        for state in self.controllers.values_mut() {
+            state.queue.update_unfinished_work(now);
+            if let (Some(at), Some(every)) = (state.next_resync, state.spec.resync)
+                && at <= now
+                && state.synced
+            {
+                state.next_resync = Some(now + every);
+                if let Some(store) = self.ctx.informers.store(&state.spec.primary) {
+                    for object in store.list() {
+                        state.queue.add(object.key());
+                    }
+                }
+            }
+        }
+        let expired = self.expectations.expire(now);
+        if !expired.is_empty() {
+            self.ctx.metrics.ryw_expired.inc_by(expired.len() as u64);
+            warn!(keys = expired.len(), "writes not observed within the bound; dispatching anyway");
+            self.release_holds(expired);
+        }
+        self.fence_silent_workers(now).await?;
+        let free: Vec<String> = self
+            .workers
+            .values()
+            .filter(|w| w.lease_id.is_none() && w.fenced_until.is_none_or(|t| t <= now))
+            .map(|w| w.id.clone())
+            .collect();
+        for id in free {
+            self.free_worker(&id, "lease_expired");
+        }
+        let all_connected = self.workers.values().all(|w| w.handshaken || w.lease_id.is_none());
+        if self.needs_rebalance && (all_connected || now >= self.settle_until) {
+            self.rebalance().await?;
+        }
+        Ok(())
+    }
+
+    /// A worker that stays away longer than the grace while its lease lives would keep its shards
+    /// forever; revoke its lease (it fences itself on the next renewal) and free its items a lease
+    /// TTL later, when it has certainly stopped.
+    async fn fence_silent_workers(&mut self, now: Instant) -> Result<(), TermError> {
+        let grace = self.ctx.config.worker_reconnect_grace;
+        let silent: Vec<(String, i64)> = self
+            .workers
+            .values()
+            .filter(|w| w.conn.is_none() && w.fenced_until.is_none() && w.disconnected_since.is_some_and(|t| now >= t + grace))
+            .filter_map(|w| w.lease_id.map(|l| (w.id.clone(), l)))
+            .collect();
+        for (id, lease) in silent {
+            let mut etcd = self.ctx.etcd.clone();
+            let ttl = etcd.lease_time_to_live(lease, None).await.map(|r| r.granted_ttl()).unwrap_or(0);
+            let ttl = Duration::from_secs(u64::try_from(ttl).unwrap_or(0).max(1));
+            warn!(worker = %id, "worker silent beyond the reconnect grace; revoking its lease");
+            if let Err(err) = etcd.lease_revoke(lease).await {
+                debug!(worker = %id, error = %err, "lease revoke failed (already gone?)");
+            }
+            if let Some(w) = self.workers.get_mut(&id) {
+                w.fenced_until = Some(now + ttl);
+            }
+        }
+        Ok(())
+    }
+
+    fn on_registry(&mut self, ev: RegistryEvent) {
+        match ev {
+            RegistryEvent::Up { id, lease_id, capacity } => {
+                let now = Instant::now();
+                match self.workers.get_mut(&id) {
+                    Some(w) if w.lease_id == Some(lease_id) => w.capacity = w.capacity.max(capacity),
+                    Some(_) => {
+                        // Same id on a new lease: the old incarnation is gone (its lease ended).
+                        self.free_worker(&id, "lease_expired");
+                        self.workers.insert(id.clone(), WorkerState::registered(&id, lease_id, capacity, now));
+                    }
+                    None => {
+                        self.workers.insert(id.clone(), WorkerState::registered(&id, lease_id, capacity, now));
+                    }
+                }
+            }
+            RegistryEvent::Down { id } => {
+                if let Some(w) = self.workers.get_mut(&id) {
+                    info!(worker = %id, "worker lease ended");
+                    w.lease_id = None;
+                    w.conn = None;
+                    self.needs_rebalance = true;
+                }
+            }
+        }
+    }
+
+    /// Forgets a worker whose lease is gone: its items run again elsewhere, its shards are free.
+    fn free_worker(&mut self, id: &str, reason: &str) {
+        let Some(mut w) = self.workers.remove(id) else { return };
+        let items: Vec<(u64, u64)> = w.items.drain().collect();
+        if !items.is_empty() {
+            self.ctx.metrics.reclaimed.get_or_create(&ReasonLabel { reason: reason.into() }).inc_by(items.len() as u64);
+            info!(worker = id, items = items.len(), "re-dispatching the items of a worker whose lease ended");
+        }
+        for item_id in items {
+            self.reclaim(item_id);
+        }
+        for s in 0..self.shards.count() {
+            match self.shards.state(s).clone() {
+                // Its ownership keys died with its lease.
+                ShardState::Owned(o) if o == id => self.shards.set_state(s, ShardState::Unowned),
+                ShardState::Moving { from, .. } if from == id => self.shards.set_state(s, ShardState::Unowned),
+                ShardState::Moving { from, to } if to == id => {
+                    self.shards.set_state(s, ShardState::Owned(from));
+                    self.unpark(s);
+                }
+                _ => {}
+            }
+        }
+        for (controller, keys) in w.backlog.drain() {
+            for (key, _) in keys {
+                self.route(controller.clone(), key);
+            }
+        }
+        self.needs_rebalance = true;
+    }
+
+    // ---- shards --------------------------------------------------------------------------------
+
+    async fn rebalance(&mut self) -> Result<(), TermError> {
+        self.needs_rebalance = false;
+        let live: Vec<WorkerWeight> = self
+            .workers
+            .values()
+            .filter(|w| w.is_dispatchable())
+            .map(|w| WorkerWeight { id: w.id.clone().into(), weight: w.capacity })
+            .collect();
+        if live.is_empty() {
+            return Ok(());
+        }
+        let live_ids: HashSet<&str> = self.workers.values().filter(|w| w.is_dispatchable()).map(|w| w.id.as_str()).collect();
+        let current: Vec<_> = (0..self.shards.count())
+            .map(|s| self.shards.intended_owner(s).filter(|o| live_ids.contains(o)).map(|o| o.to_owned().into()))
+            .collect();
+        let desired = assign(self.shards.count(), &live, &current);
+        let mut claims = Vec::new();
+        let mut revokes: HashMap<String, Vec<u32>> = HashMap::new();
+        for (s, target) in desired.into_iter().enumerate() {
+            let s = u32::try_from(s).unwrap_or(u32::MAX);
+            let target = target.to_string();
+            match self.shards.state(s).clone() {
+                ShardState::Unowned => claims.push((s, target)),
+                ShardState::Owned(owner) if owner == target => {}
+                ShardState::Owned(owner) => {
+                    self.shards.set_state(s, ShardState::Moving { from: owner.clone(), to: target });
+                    self.take_backlog_of_shard(&owner, s);
+                    revokes.entry(owner).or_default().push(s);
+                    self.pending_moves.insert(s);
+                }
+                ShardState::Moving { from, .. } if from == target => {
+                    self.shards.set_state(s, ShardState::Owned(from));
+                    self.unpark(s);
+                }
+                ShardState::Moving { from, to } if to != target => {
+                    self.shards.set_state(s, ShardState::Moving { from, to: target });
+                }
+                ShardState::Moving { .. } => {}
+            }
+        }
+        for (worker, shards) in revokes {
+            if let Some(w) = self.workers.get(&worker) {
+                w.send(proto::coordinator_message::Msg::Revoke(proto::Revoke { shards }));
+            }
+        }
+        self.claim(claims).await?;
+        Ok(())
+    }
+
+    /// Writes ownership of unowned shards, in chunks, each guarded by "still unowned" and "still leader".
+    async fn claim(&mut self, claims: Vec<(u32, String)>) -> Result<(), TermError> {
+        for chunk in claims.chunks(TXN_CHUNK) {
+            let mut compares = Vec::new();
+            let mut ops = Vec::new();
+            for (s, owner) in chunk {
+                let Some(lease) = self.workers.get(owner).and_then(|w| w.lease_id) else { continue };
+                let key = self.keys.shard(*s);
+                compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
+                ops.push(TxnOp::put(key, owner.clone(), Some(PutOptions::new().with_lease(lease))));
+            }
+            if ops.is_empty() {
+                continue;
+            }
+            let all = self.ctx.election.fenced_txn(&self.ctx.elected, compares, ops).await;
+            match all {
+                Ok(true) => {
+                    for (s, owner) in chunk {
+                        self.owned(*s, owner.clone());
+                    }
+                }
+                // Some shard was not free after all (or a lease just ended): go one by one.
+                Ok(false) | Err(ElectionError::Etcd(_)) => {
+                    for (s, owner) in chunk {
+                        self.claim_one(*s, owner).await?;
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    async fn claim_one(&mut self, s: u32, owner: &str) -> Result<(), TermError> {
+        let Some(lease) = self.workers.get(owner).and_then(|w| w.lease_id) else { return Ok(()) };
+        let key = self.keys.shard(s);
+        let compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
+        let ops = vec![TxnOp::put(key, owner, Some(PutOptions::new().with_lease(lease)))];
+        match self.ctx.election.fenced_txn(&self.ctx.elected, compares, ops).await {
+            Ok(true) => self.owned(s, owner.to_owned()),
+            Ok(false) => {
+                // Someone owns it in etcd that this leader did not know of; read who, retry later.
+                self.needs_rebalance = true;
+                let mut etcd = self.ctx.etcd.clone();
+                if let Ok(resp) = etcd.get(self.keys.shard(s), None).await
+                    && let Some(kv) = resp.kvs().first()
+                    && let Ok(current) = std::str::from_utf8(kv.value())
+                {
+                    self.shards.set_state(s, ShardState::Owned(current.to_owned()));
+                    self.unpark(s);
+                }
+            }
+            Err(ElectionError::Etcd(err)) => {
+                debug!(shard = s, error = %err, "claim failed; retrying at the next rebalance");
+                self.needs_rebalance = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+
+    /// Finishes the moves whose old owner holds nothing of the shard any more.
+    async fn complete_moves(&mut self) -> Result<(), TermError> {
+        let candidates: Vec<u32> = std::mem::take(&mut self.pending_moves).into_iter().collect();
+        for s in candidates {
+            let ShardState::Moving { from, to } = self.shards.state(s).clone() else { continue };
+            // An old owner that has not said Hello to this leader may hold items of an earlier term
+            // that nobody here knows of: wait for its Hello or its lease's end.
+            let from_known = self.workers.get(&from).is_none_or(|w| w.handshaken);
+            if self.shards.in_flight(s) > 0 || !from_known {
+                continue;
+            }
+            let Some(lease) = self.workers.get(&to).and_then(|w| w.lease_id) else {
+                self.needs_rebalance = true;
+                continue;
+            };
+            let key = self.keys.shard(s);
+            let compares = vec![Compare::value(key.clone(), CompareOp::Equal, from.clone())];
+            let ops = vec![TxnOp::put(key, to.clone(), Some(PutOptions::new().with_lease(lease)))];
+            match self.ctx.election.fenced_txn(&self.ctx.elected, compares, ops).await {
+                Ok(true) => {
+                    self.ctx.metrics.shard_moves.inc();
+                    self.owned(s, to);
+                }
+                Ok(false) => {
+                    // The old owner's key vanished (its lease ended): the shard is free to claim.
+                    self.shards.set_state(s, ShardState::Unowned);
+                    self.claim_one(s, &to).await?;
+                }
+                Err(ElectionError::Etcd(err)) => {
+                    debug!(shard = s, error = %err, "move failed; retrying");
+                    self.pending_moves.insert(s);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn owned(&mut self, s: u32, owner: String) {
+        self.shards.set_state(s, ShardState::Owned(owner));
+        self.unpark(s);
+    }
+
+    fn unpark(&mut self, s: u32) {
+        for parked in self.shards.unpark(s) {
+            self.route(parked.controller, parked.key);
+        }
+    }
+
+    fn take_backlog_of_shard(&mut self, worker: &str, s: u32) {
+        let Some(w) = self.workers.get_mut(worker) else { return };
+        for (controller, backlog) in &mut w.backlog {
+            backlog.retain(|(key, shard)| {
+                if *shard == s {
+                    self.shards.park(s, Parked { controller: controller.clone(), key: key.clone() });
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+    }
+
+    // ---- status --------------------------------------------------------------------------------
+
+    fn status(&self) -> proto::StatusResponse {
+        let mut workers: Vec<proto::WorkerStatus> = self
+            .workers
+            .values()
+            .map(|w| proto::WorkerStatus {
+                id: w.id.clone(),
+                connected: w.is_dispatchable(),
+                capacity: w.capacity,
+                in_flight: w.in_flight_total(),
+                shards: u32::try_from(self.shards.owned_by(&w.id).len()).unwrap_or(u32::MAX),
+            })
+            .collect();
+        workers.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut queues: Vec<proto::QueueStatus> = self
+            .controllers
+            .iter()
+            .map(|(name, c)| {
+                let routed: usize = self.workers.values().map(|w| w.backlog.get(name).map_or(0, |b| b.len())).sum();
+                proto::QueueStatus {
+                    controller: name.clone(),
+                    depth: (c.queue.len() + routed) as u64,
+                    processing: c.queue.processing_len() as u64,
+                    waiting: 0,
+                }
+            })
+            .collect();
+        queues.sort_by(|a, b| a.controller.cmp(&b.controller));
+        let informers = self
+            .ctx
+            .informers
+            .kinds()
+            .into_iter()
+            .map(|(kind, synced, objects)| proto::InformerStatus { kind: kind.to_string(), synced, objects: objects as u64 })
+            .collect();
+        proto::StatusResponse {
+            leader_id: self.ctx.leader.id.clone(),
+            leader_address: self.ctx.leader.address.clone(),
+            term: self.term,
+            workers,
+            queues,
+            informers,
+            shard_count: self.shards.count(),
+        }
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Follows `workers/` from `revision`, turning puts and deletes into registry events.
+async fn watch_registry(
+    mut etcd: Client,
+    keys: FleetKeys,
+    revision: i64,
+    tx: mpsc::UnboundedSender<RegistryEvent>,
+    stop: CancellationToken,
+) {
+    let options = WatchOptions::new().with_prefix().with_start_revision(revision);
+    let mut stream = match etcd.watch(keys.workers_prefix(), Some(options)).await {
+        Ok(stream) => stream,
+        Err(err) => {
+            warn!(error = %err, "cannot watch worker registrations; ending the term");
+            return;
+        }
+    };
+    loop {
+        let message = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            m = stream.message() => m,
+        };
+        let Ok(Some(resp)) = message else {
+            warn!("worker registration watch ended; ending the term");
+            return;
+        };
+        if resp.canceled() {
+            warn!("worker registration watch cancelled (compacted?); ending the term");
+            return;
+        }
+        for event in resp.events() {
+            let Some(kv) = event.kv() else { continue };
+            let Some(id) = keys.parse_worker(kv.key()) else { continue };
+            let ev = match event.event_type() {
+                etcd_client::EventType::Put => RegistryEvent::Up {
+                    id: id.to_owned(),
+                    lease_id: kv.lease(),
+                    capacity: serde_json::from_slice::<Registration>(kv.value()).map(|r| r.capacity).unwrap_or(1),
+                },
+                etcd_client::EventType::Delete => RegistryEvent::Down { id: id.to_owned() },
+            };
+            if tx.send(ev).is_err() {
+                return;
+            }
+        }
+    }
+}

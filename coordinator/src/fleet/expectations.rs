@@ -1,0 +1,194 @@
+//! Read-your-writes: a key whose reconcile wrote objects stays held until the informer cache has observed
+//! those writes, or a bound passes. This replaces kube-controller-manager's per-controller expectations:
+//! without it, a ReplicaSet reconciled again before its pod creations reach the cache creates them twice.
+
+use std::collections::HashMap;
+
+use flotilla_common::ResourceKind;
+use tokio::time::Instant;
+
+use super::messages::WriteOp;
+
+/// What the cache must show for a write to count as observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// The object at this resourceVersion or newer (or gone: a deletion is newer still).
+    AtLeast(u64),
+    /// The object gone, or at this resourceVersion or newer when a delete only marked it (finalizers).
+    Deleted(Option<u64>),
+}
+
+impl Expected {
+    /// What a write of `op` returning `resource_version` expects.
+    pub fn of(op: WriteOp, resource_version: Option<u64>) -> Option<Self> {
+        match (op, resource_version) {
+            (WriteOp::Delete, rv) => Some(Self::Deleted(rv)),
+            (_, Some(rv)) => Some(Self::AtLeast(rv)),
+            // A create or update without a resourceVersion cannot be compared: nothing to wait for.
+            (_, None) => None,
+        }
+    }
+
+    /// Whether the cache state (`Some(rv)` of the cached object, or `None` when absent) satisfies this.
+    pub fn satisfied_by(self, cached: Option<u64>) -> bool {
+        match (self, cached) {
+            (_, None) => true,
+            (Self::AtLeast(want), Some(rv)) => rv >= want,
+            (Self::Deleted(Some(want)), Some(rv)) => rv >= want,
+            (Self::Deleted(None), Some(_)) => false,
+        }
+    }
+}
+
+/// A held key.
+#[derive(Debug)]
+struct Hold {
+    controller: String,
+    key: String,
+    /// Writes not yet observed.
+    remaining: usize,
+    deadline: Instant,
+}
+
+/// The table of held keys and the writes they wait for.
+#[derive(Debug, Default)]
+pub struct Expectations {
+    /// Object (kind, key) → the holds waiting on it, with what they expect.
+    by_object: HashMap<(ResourceKind, String), Vec<(u64, Expected)>>,
+    /// Hold id → hold. Invariant: every id in `by_object` is here, with `remaining` equal to the number of
+    /// its entries in `by_object`.
+    holds: HashMap<u64, Hold>,
+    /// Which hold a (controller, key) is under, so a key is held at most once.
+    by_key: HashMap<(String, String), u64>,
+    next_id: u64,
+}
+
+impl Expectations {
+    /// Holds `(controller, key)` until every write in `unobserved` is observed, or `deadline`.
+    /// `unobserved` must be non-empty and contain only writes the cache has not shown yet.
+    pub fn hold(
+        &mut self,
+        controller: &str,
+        key: &str,
+        unobserved: Vec<(ResourceKind, String, Expected)>,
+        deadline: Instant,
+    ) {
+        debug_assert!(!unobserved.is_empty());
+        let id = self.next_id;
+        self.next_id += 1;
+        let remaining = unobserved.len();
+        for (kind, object, expected) in unobserved {
+            self.by_object.entry((kind, object)).or_default().push((id, expected));
+        }
+        self.holds.insert(id, Hold { controller: controller.into(), key: key.into(), remaining, deadline });
+        self.by_key.insert((controller.into(), key.into()), id);
+    }
+
+    /// Whether `(controller, key)` is held.
+    #[cfg(test)]
+    pub fn is_held(&self, controller: &str, key: &str) -> bool {
+        self.by_key.contains_key(&(controller.to_owned(), key.to_owned()))
+    }
+
+    /// The cache now shows `object` of `kind` at `cached` (`None`: gone). Returns the keys released.
+    pub fn observe(&mut self, kind: &ResourceKind, object: &str, cached: Option<u64>) -> Vec<(String, String)> {
+        let slot = (kind.clone(), object.to_owned());
+        let Some(waiters) = self.by_object.get_mut(&slot) else { return Vec::new() };
+        let mut released = Vec::new();
+        waiters.retain(|&(id, expected)| {
+            if !expected.satisfied_by(cached) {
+                return true;
+            }
+            if let Some(hold) = self.holds.get_mut(&id) {
+                hold.remaining -= 1;
+                if hold.remaining == 0 {
+                    released.push(id);
+                }
+            }
+            false
+        });
+        if waiters.is_empty() {
+            self.by_object.remove(&slot);
+        }
+        released.into_iter().filter_map(|id| self.release(id)).collect()
+    }
+
+    /// Releases every hold whose deadline is at or before `now`.
+    pub fn expire(&mut self, now: Instant) -> Vec<(String, String)> {
+        let due: Vec<u64> = self.holds.iter().filter(|(_, h)| h.deadline <= now).map(|(&id, _)| id).collect();
+        if due.is_empty() {
+            return Vec::new();
+        }
+        self.by_object.retain(|_, waiters| {
+            waiters.retain(|(id, _)| !due.contains(id));
+            !waiters.is_empty()
+        });
+        due.into_iter().filter_map(|id| self.release(id)).collect()
+    }
+
+    /// Number of held keys.
+    pub fn len(&self) -> usize {
+        self.holds.len()
+    }
+
+    fn release(&mut self, id: u64) -> Option<(String, String)> {
+        let hold = self.holds.remove(&id)?;
+        let pair = (hold.controller, hold.key);
+        self.by_key.remove(&pair);
+        Some(pair)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn cm() -> ResourceKind {
+        ResourceKind::new("", "v1", "ConfigMap", "configmaps", true)
+    }
+
+    #[test]
+    fn a_key_is_released_once_every_write_is_observed() {
+        let mut e = Expectations::default();
+        let now = Instant::now();
+        e.hold(
+            "c",
+            "ns/p",
+            vec![(cm(), "ns/a".into(), Expected::AtLeast(10)), (cm(), "ns/b".into(), Expected::AtLeast(11))],
+            now + Duration::from_secs(300),
+        );
+        assert!(e.is_held("c", "ns/p"));
+        assert!(e.observe(&cm(), "ns/a", Some(9)).is_empty(), "an older version does not count");
+        assert!(e.observe(&cm(), "ns/a", Some(10)).is_empty(), "one of two writes is not enough");
+        assert_eq!(e.observe(&cm(), "ns/b", Some(12)), vec![("c".to_owned(), "ns/p".to_owned())]);
+        assert!(!e.is_held("c", "ns/p"));
+        assert_eq!(e.len(), 0);
+    }
+
+    #[test]
+    fn a_delete_is_observed_when_the_object_is_gone() {
+        let mut e = Expectations::default();
+        e.hold("c", "k", vec![(cm(), "ns/a".into(), Expected::Deleted(None))], Instant::now() + Duration::from_secs(1));
+        assert!(e.observe(&cm(), "ns/a", Some(50)).is_empty());
+        assert_eq!(e.observe(&cm(), "ns/a", None).len(), 1);
+    }
+
+    #[test]
+    fn a_hold_expires_at_its_deadline() {
+        let mut e = Expectations::default();
+        let now = Instant::now();
+        e.hold("c", "k", vec![(cm(), "ns/a".into(), Expected::AtLeast(5))], now + Duration::from_secs(300));
+        assert!(e.expire(now + Duration::from_secs(299)).is_empty());
+        assert_eq!(e.expire(now + Duration::from_secs(300)), vec![("c".to_owned(), "k".to_owned())]);
+        assert!(e.observe(&cm(), "ns/a", Some(5)).is_empty(), "an expired hold leaves nothing behind");
+    }
+
+    #[test]
+    fn a_write_without_a_version_expects_nothing_unless_it_is_a_delete() {
+        assert_eq!(Expected::of(WriteOp::Create, None), None);
+        assert_eq!(Expected::of(WriteOp::Delete, None), Some(Expected::Deleted(None)));
+        assert_eq!(Expected::of(WriteOp::Update, Some(3)), Some(Expected::AtLeast(3)));
+    }
+}

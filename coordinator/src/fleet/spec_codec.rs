@@ -1,0 +1,63 @@
+//! Controller specs as stored in etcd (`controllers/<name>`): the protocol's `ControllerSpec`, encoded.
+
+use flotilla_proto as proto;
+use prost::Message;
+
+use super::messages::{ControllerSpec, MappingRule};
+
+/// Encodes a spec for etcd.
+pub fn encode(spec: &ControllerSpec) -> Vec<u8> {
+    let mappings = spec
+        .mappings
+        .iter()
+        .map(|m| proto::Mapping {
+            kind: Some((&m.kind).into()),
+            rule: Some(match &m.rule {
+                MappingRule::Owner => proto::mapping::Rule::Owner(proto::OwnerRule {}),
+                MappingRule::Selector(path) => {
+                    proto::mapping::Rule::Selector(proto::SelectorRule { selector_path: path.clone() })
+                }
+                MappingRule::Field(path) => proto::mapping::Rule::Field(proto::FieldRule { field_path: path.clone() }),
+            }),
+        })
+        .collect();
+    let limiter = spec.rate_limiter;
+    proto::ControllerSpec {
+        name: spec.name.clone(),
+        primary: Some((&spec.primary).into()),
+        mappings,
+        prefetch_owned: spec.prefetch_owned.iter().map(Into::into).collect(),
+        watches: spec.watches.iter().map(Into::into).collect(),
+        resync_seconds: spec.resync.map_or(0, |d| d.as_secs()),
+        backoff_base_ms: u64::try_from(limiter.backoff.base_delay.as_millis()).unwrap_or(u64::MAX),
+        backoff_max_ms: u64::try_from(limiter.backoff.max_delay.as_millis()).unwrap_or(u64::MAX),
+        bucket_qps: limiter.bucket.qps,
+        bucket_burst: limiter.bucket.burst,
+    }
+    .encode_to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use flotilla_common::ResourceKind;
+
+    use super::*;
+    use crate::fleet::messages::Mapping;
+
+    #[test]
+    fn a_spec_survives_the_round_trip_through_etcd() {
+        let spec = ControllerSpec {
+            name: "replicaset".into(),
+            primary: ResourceKind::new("apps", "v1", "ReplicaSet", "replicasets", true),
+            mappings: vec![Mapping { kind: ResourceKind::new("", "v1", "Pod", "pods", true), rule: MappingRule::Owner }],
+            prefetch_owned: vec![ResourceKind::new("", "v1", "Pod", "pods", true)],
+            watches: vec![],
+            resync: Some(Duration::from_secs(30)),
+            rate_limiter: Default::default(),
+        };
+        let decoded = proto::ControllerSpec::decode(encode(&spec).as_slice()).unwrap();
+        assert_eq!(ControllerSpec::try_from(decoded).unwrap(), spec);
+    }
+}

@@ -1,0 +1,86 @@
+//! The coordinator's own metrics (the workqueue's are in `queue::metrics`, under client-go's names).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Label of per-controller series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    /// Controller name.
+    pub controller: String,
+}
+
+/// Label of outcome series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// Controller name.
+    pub controller: String,
+    /// success, requeue_after or error.
+    pub outcome: String,
+}
+
+/// Label of reason series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why.
+    pub reason: String,
+}
+
+/// Metrics of the fleet core; cheap to clone.
+#[derive(Clone, Default)]
+pub struct FleetMetrics {
+    /// Items sent to workers.
+    pub assigned: Family<ControllerLabel, Counter>,
+    /// Items reported done, by outcome.
+    pub done: Family<OutcomeLabel, Counter>,
+    /// Refused peer input, by reason (garbled message, unknown item, stale term, bad identity, …).
+    pub bad_input: Family<ReasonLabel, Counter>,
+    /// Items taken back from workers without a Done, by reason (lease expired, not held at reconnect).
+    pub reclaimed: Family<ReasonLabel, Counter>,
+    /// Shards that changed owner.
+    pub shard_moves: Counter,
+    /// Keys held for read-your-writes right now.
+    pub ryw_holds: Gauge,
+    /// Holds released by the bound rather than by observing the writes.
+    pub ryw_expired: Counter,
+    /// 1 while this process leads.
+    pub is_leader: Gauge,
+    /// The current term (0 when following).
+    pub term: Gauge,
+    /// Keys routed to a worker but not yet sent, plus keys parked on moving or unowned shards.
+    pub backlog: Gauge,
+}
+
+impl FleetMetrics {
+    /// Registers every family in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register("flotilla_dispatch_assigned", "Items sent to workers", m.assigned.clone());
+        registry.register("flotilla_dispatch_done", "Items reported done, by outcome", m.done.clone());
+        registry.register("flotilla_bad_input", "Refused peer input, by reason", m.bad_input.clone());
+        registry.register(
+            "flotilla_dispatch_reclaimed",
+            "Items taken back from workers without a Done, by reason",
+            m.reclaimed.clone(),
+        );
+        registry.register("flotilla_shard_moves", "Shards that changed owner", m.shard_moves.clone());
+        registry.register("flotilla_read_your_writes_holds", "Keys held until their writes are observed", m.ryw_holds.clone());
+        registry.register(
+            "flotilla_read_your_writes_expired",
+            "Read-your-writes holds released by the time bound",
+            m.ryw_expired.clone(),
+        );
+        registry.register("flotilla_is_leader", "1 while this coordinator leads", m.is_leader.clone());
+        registry.register("flotilla_leader_term", "The term this coordinator leads", m.term.clone());
+        registry.register("flotilla_dispatch_backlog", "Keys routed but not yet sent", m.backlog.clone());
+        m
+    }
+
+    /// Counts one refused input.
+    pub fn bad(&self, reason: &str) {
+        self.bad_input.get_or_create(&ReasonLabel { reason: reason.to_owned() }).inc();
+    }
+}
