@@ -18,6 +18,10 @@ enum Command {
     Devcluster(cmd::devcluster::Args),
     /// Simulate nodes against any Kubernetes API (kwok-like).
     Simnodes(cmd::simnodes::Args),
+    /// Campaign for leadership of a fleet; while leading, run informers, the workqueue and dispatch.
+    Coordinator(cmd::coordinator::Args),
+    /// Show the fleet as its leader sees it.
+    Status(cmd::status::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -33,6 +37,8 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Devcluster(args) => cmd::devcluster::run(args).await,
             Command::Simnodes(args) => cmd::simnodes::run(args).await,
+            Command::Coordinator(args) => cmd::coordinator::run(args).await,
+            Command::Status(args) => cmd::status::run(args).await,
         }
     });
     match result {

@@ -1,5 +1,7 @@
 //! One module per `flotilla` subcommand: flags and the process life of that role.
 
+pub mod coordinator;
 pub mod devcluster;
 pub mod duration;
 pub mod simnodes;
+pub mod status;

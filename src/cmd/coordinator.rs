@@ -1,0 +1,91 @@
+//! `flotilla coordinator`: campaign for leadership of a fleet and, while leading, run its informers,
+//! workqueue and dispatch.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flotilla_common::{LogFormat, init_logging, shutdown_signal};
+use flotilla_coordinator::{Coordinator, CoordinatorConfig, default_identity};
+
+use super::duration::parse_duration;
+
+/// Flags of `flotilla coordinator`; names follow kube-controller-manager where the meaning is the same.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Kubeconfig of the cluster (default: in-cluster config, then $KUBECONFIG).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// etcd endpoints for leadership and shard ownership, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub etcd_endpoints: Vec<String>,
+    /// Fleet name: the etcd prefix /flotilla/<fleet>/.
+    #[arg(long, default_value = "default")]
+    pub fleet: String,
+    /// Identity in the election (default: hostname plus a random suffix).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// gRPC listen address.
+    #[arg(long, default_value = "0.0.0.0:7450")]
+    pub listen: SocketAddr,
+    /// Address workers dial when this coordinator leads (default: the listen address; loopback if it is a wildcard).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:7451")]
+    pub metrics_listen: SocketAddr,
+    /// Number of shards; fixed for the life of the fleet.
+    #[arg(long, default_value_t = 256)]
+    pub shards: u32,
+    /// Leader lease TTL.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// A leader that cannot renew within this steps down.
+    #[arg(long, default_value = "4s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often the leader lease is renewed.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
+    /// Keep informers synced while following, so a takeover only re-enqueues.
+    #[arg(long)]
+    pub hot_standby: bool,
+    /// How long a worker may stay disconnected while its lease lives before its lease is revoked.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub worker_reconnect_grace: Duration,
+    /// Read-your-writes bound: dispatch a key again after this even if its writes were not observed.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub expectations_timeout: Duration,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl Args {
+    /// The coordinator configuration these flags describe.
+    pub fn config(&self) -> CoordinatorConfig {
+        let mut config = CoordinatorConfig::new(&self.fleet, self.etcd_endpoints.clone());
+        config.id = self.id.clone().unwrap_or_else(|| default_identity("coordinator"));
+        config.kubeconfig = self.kubeconfig.clone();
+        config.listen = self.listen;
+        config.advertise = self.advertise.clone();
+        config.metrics_listen = self.metrics_listen;
+        config.shards = self.shards;
+        config.lease_duration = self.leader_elect_lease_duration;
+        config.renew_deadline = self.leader_elect_renew_deadline;
+        config.retry_period = self.leader_elect_retry_period;
+        config.hot_standby = self.hot_standby;
+        config.worker_reconnect_grace = self.worker_reconnect_grace;
+        config.expectations_timeout = self.expectations_timeout;
+        config
+    }
+}
+
+/// Runs a coordinator until SIGINT/SIGTERM, then steps down (resigning leadership at once).
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let coordinator = Coordinator::start(args.config()).await?;
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    coordinator.shutdown().await;
+    Ok(())
+}
