@@ -75,6 +75,22 @@ impl Connection {
             .map_err(|_| ConnectError::Timeout)?
     }
 
+    /// Ends the stream politely: half-closes the worker's side so everything queued is sent, then waits
+    /// (at most `timeout`) for the leader to end its side. Dropping the stream instead could reset it
+    /// before the last Dones left.
+    pub(crate) async fn close(self, timeout: Duration) {
+        let Self {
+            channel: _,
+            tx,
+            mut incoming,
+        } = self;
+        drop(tx);
+        let _ = tokio::time::timeout(timeout, async {
+            while let Ok(Some(_)) = incoming.message().await {}
+        })
+        .await;
+    }
+
     /// Queues a message; `false` when the stream is gone.
     pub(crate) fn send(&self, message: proto::WorkerMessage) -> bool {
         self.tx.send(message).is_ok()

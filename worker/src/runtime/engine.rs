@@ -36,6 +36,9 @@ use crate::sdk::{CacheClient, Context, ContextParts, DynController, Outcome, Wor
 /// How long opening a stream to the leader may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a shutting-down worker waits for the leader to close the stream after its last Dones.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Pause before retrying a failed session start or registration.
 const SESSION_RETRY: Duration = Duration::from_secs(1);
 
@@ -248,7 +251,7 @@ impl<'a> SessionRun<'a> {
         let stops = self.stops.clone();
         loop {
             if self.draining_until.is_some() && self.ledger.running() == 0 {
-                self.flush();
+                self.close_stream().await;
                 return End::Shutdown;
             }
             let reconnect_at = if self.stream.is_none() {
@@ -270,7 +273,7 @@ impl<'a> SessionRun<'a> {
                 () = sleep_until(self.draining_until) => {
                     warn!(running = self.ledger.running(), "grace period over; cancelling the remaining reconciles");
                     self.reconciles.cancel();
-                    self.flush();
+                    self.close_stream().await;
                     return End::Shutdown;
                 }
                 Some(finished) = self.finished_rx.recv() => self.on_finished(finished),
@@ -514,6 +517,15 @@ impl<'a> SessionRun<'a> {
             self.disconnect("stream gone");
             self.schedule_reconnect();
         }
+    }
+
+    /// Sends what is pending and closes the stream politely (graceful shutdown).
+    async fn close_stream(&mut self) {
+        self.flush();
+        if let Some(stream) = self.stream.take() {
+            stream.connection.close(CLOSE_TIMEOUT).await;
+        }
+        self.disconnect("shutting down");
     }
 
     fn disconnect(&mut self, reason: &str) {

@@ -34,7 +34,7 @@ impl From<proto::Assign> for Assigned {
             key: a.key,
             shard: a.shard,
             attempt: a.attempt,
-            object: Bytes::from(a.object),
+            object: a.object,
             prefetched: a
                 .prefetched
                 .into_iter()
@@ -44,7 +44,7 @@ impl From<proto::Assign> for Assigned {
                         || ResourceKind::new("", "", "", "", false),
                         ResourceKind::from,
                     );
-                    (kind, Bytes::from(p.object))
+                    (kind, p.object)
                 })
                 .collect(),
             traceparent: a.traceparent,

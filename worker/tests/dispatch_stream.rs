@@ -1,0 +1,437 @@
+//! The worker against a scripted coordinator on a real etcd: Hello, credits, Done batches, term
+//! refusal, per-key serialization, bad objects, self-fencing on a lost lease and graceful shutdown.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use flotilla_common::{Election, FleetKeys, LeaderInfo, Session, SessionConfig, connect_etcd};
+use flotilla_devcluster::EtcdServer;
+use flotilla_proto as proto;
+use flotilla_worker::{Action, Context, Controller, DynController, Request, Worker, WorkerConfig};
+use k8s_openapi::api::core::v1::ConfigMap;
+use proto::coordinator_message::Msg as Out;
+use proto::worker_message::Msg as In;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::{Status, Streaming};
+
+type Outgoing = mpsc::Sender<Result<proto::CoordinatorMessage, Status>>;
+
+/// A Dispatch service that hands every accepted stream to the test.
+struct Scripted {
+    streams: mpsc::UnboundedSender<(Streaming<proto::WorkerMessage>, Outgoing)>,
+}
+
+#[tonic::async_trait]
+impl proto::dispatch_server::Dispatch for Scripted {
+    type WorkStream = ReceiverStream<Result<proto::CoordinatorMessage, Status>>;
+
+    async fn work(
+        &self,
+        request: tonic::Request<Streaming<proto::WorkerMessage>>,
+    ) -> Result<tonic::Response<Self::WorkStream>, Status> {
+        let (tx, rx) = mpsc::channel(64);
+        self.streams
+            .send((request.into_inner(), tx))
+            .map_err(|_| Status::unavailable("test over"))?;
+        Ok(tonic::Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+struct Fleet {
+    _etcd_server: EtcdServer,
+    etcd: etcd_client::Client,
+    endpoints: Vec<String>,
+    streams: mpsc::UnboundedReceiver<(Streaming<proto::WorkerMessage>, Outgoing)>,
+    term: u64,
+    _leader_session: Session,
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn fleet(name: &str) -> Fleet {
+    let etcd_server = EtcdServer::start().await.unwrap();
+    let endpoints = etcd_server.endpoints();
+    let etcd = connect_etcd(&endpoints).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let (streams_tx, streams) = mpsc::unbounded_channel();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(proto::dispatch_server::DispatchServer::new(Scripted {
+                streams: streams_tx,
+            }))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let session = Session::start(etcd.clone(), SessionConfig::default())
+        .await
+        .unwrap();
+    let election = Election::new(etcd.clone(), FleetKeys::new(name).election());
+    let elected = election
+        .campaign(
+            &session,
+            &LeaderInfo {
+                id: "scripted".into(),
+                address,
+            },
+        )
+        .await
+        .unwrap();
+    Fleet {
+        _etcd_server: etcd_server,
+        etcd,
+        endpoints,
+        streams,
+        term: elected.term(),
+        _leader_session: session,
+    }
+}
+
+fn config(fleet: &Fleet, name: &str) -> WorkerConfig {
+    let kube = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+    let mut config = WorkerConfig::new("w-1", name, fleet.endpoints.clone(), kube);
+    config.session = SessionConfig {
+        ttl: Duration::from_secs(3),
+        renew_interval: Duration::from_millis(500),
+        renew_deadline: Duration::from_secs(2),
+    };
+    config.shutdown_grace_period = Duration::from_secs(5);
+    config
+}
+
+/// What the probe controller saw.
+#[derive(Default)]
+struct Probe {
+    started: AtomicUsize,
+    running_a: AtomicUsize,
+    overlap: AtomicBool,
+    cancelled: AtomicBool,
+}
+
+struct CancelGuard(Arc<Probe>, bool);
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.cancelled.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("probe failure")]
+struct ProbeError;
+
+fn probe_controller(probe: Arc<Probe>) -> DynController {
+    Controller::<ConfigMap>::new("probe")
+        .concurrency(2)
+        .reconcile(move |request: Request<ConfigMap>, _ctx: Context| {
+            let probe = probe.clone();
+            async move {
+                probe.started.fetch_add(1, Ordering::SeqCst);
+                match request.name() {
+                    "a" => {
+                        if probe.running_a.fetch_add(1, Ordering::SeqCst) > 0 {
+                            probe.overlap.store(true, Ordering::SeqCst);
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        probe.running_a.fetch_sub(1, Ordering::SeqCst);
+                        Ok(Action::requeue(Duration::from_millis(250)))
+                    }
+                    "fail" => Err(ProbeError),
+                    "forever" => {
+                        let mut guard = CancelGuard(probe.clone(), false);
+                        std::future::pending::<()>().await;
+                        guard.1 = true;
+                        Ok(Action::await_change())
+                    }
+                    "slow" => {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        Ok(Action::await_change())
+                    }
+                    _ => Ok(Action::await_change()),
+                }
+            }
+        })
+        .into()
+}
+
+async fn next_stream(fleet: &mut Fleet) -> (Streaming<proto::WorkerMessage>, Outgoing) {
+    tokio::time::timeout(WAIT, fleet.streams.recv())
+        .await
+        .expect("no stream from the worker in time")
+        .unwrap()
+}
+
+async fn next_message(stream: &mut Streaming<proto::WorkerMessage>) -> In {
+    let message = tokio::time::timeout(WAIT, stream.message())
+        .await
+        .expect("no message from the worker in time");
+    message.unwrap().expect("stream ended").msg.unwrap()
+}
+
+async fn hello(stream: &mut Streaming<proto::WorkerMessage>) -> proto::Hello {
+    match next_message(stream).await {
+        In::Hello(hello) => hello,
+        other => panic!("expected Hello, got {other:?}"),
+    }
+}
+
+async fn initial_credit(stream: &mut Streaming<proto::WorkerMessage>) -> u32 {
+    match next_message(stream).await {
+        In::Credit(credit) if credit.controller == "probe" => credit.n,
+        other => panic!("expected the initial credit, got {other:?}"),
+    }
+}
+
+async fn welcome(out: &Outgoing, term: u64) {
+    let welcome = proto::Welcome {
+        term,
+        leader_id: "scripted".into(),
+        ..Default::default()
+    };
+    out.send(Ok(proto::CoordinatorMessage {
+        msg: Some(Out::Welcome(welcome)),
+    }))
+    .await
+    .unwrap();
+}
+
+async fn assign(out: &Outgoing, items: Vec<proto::Assign>) {
+    out.send(Ok(proto::CoordinatorMessage {
+        msg: Some(Out::Assign(proto::AssignBatch { items })),
+    }))
+    .await
+    .unwrap();
+}
+
+fn item(id: u64, term: u64, controller: &str, key: &str, object: &str) -> proto::Assign {
+    proto::Assign {
+        item_id: id,
+        term,
+        controller: controller.into(),
+        key: key.into(),
+        object: object.as_bytes().to_vec().into(),
+        ..Default::default()
+    }
+}
+
+fn configmap(name: &str) -> String {
+    format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"1"}}}}"#
+    )
+}
+
+/// Reads messages until `n` Dones and `credits` credits arrived; returns the Dones by item id and the
+/// credits granted.
+async fn dones(
+    stream: &mut Streaming<proto::WorkerMessage>,
+    n: usize,
+    min_credits: u32,
+) -> (HashMap<u64, proto::Done>, u32) {
+    let mut dones = HashMap::new();
+    let mut credits = 0;
+    while dones.len() < n || credits < min_credits {
+        match next_message(stream).await {
+            In::Done(batch) => dones.extend(batch.items.into_iter().map(|d| (d.item_id, d))),
+            In::Credit(credit) => credits += credit.n,
+            In::Hello(_) => panic!("unexpected Hello"),
+        }
+    }
+    (dones, credits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_says_hello_takes_items_reports_them_and_refuses_what_it_must() {
+    let mut fleet = fleet("stream").await;
+    let probe = Arc::new(Probe::default());
+    let worker = Worker::start(
+        config(&fleet, "stream"),
+        vec![probe_controller(probe.clone())],
+    )
+    .await
+    .unwrap();
+    let (mut stream, out) = next_stream(&mut fleet).await;
+    let hello = hello(&mut stream).await;
+    assert_eq!(hello.worker_id, "w-1");
+    assert_eq!(hello.known_term, fleet.term);
+    assert!(hello.held.is_empty());
+    assert_eq!(hello.controllers.len(), 1);
+    let spec = hello.controllers[0].spec.clone().unwrap();
+    assert_eq!(
+        (spec.name.as_str(), hello.controllers[0].concurrency),
+        ("probe", 2)
+    );
+    assert_eq!(spec.primary.unwrap().plural, "configmaps");
+    let registered = fleet
+        .etcd
+        .clone()
+        .get(FleetKeys::new("stream").worker("w-1"), None)
+        .await
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_slice(registered.kvs()[0].value()).unwrap();
+    assert_eq!(value["capacity"], 2);
+    assert_eq!(
+        registered.kvs()[0].lease(),
+        hello.lease_id,
+        "the registration must live on the worker's lease"
+    );
+
+    welcome(&out, fleet.term).await;
+    assert_eq!(initial_credit(&mut stream).await, 2);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !worker.is_ready() {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+        })
+        .await
+        .is_ok(),
+        "a welcomed worker must be ready"
+    );
+
+    let term = fleet.term;
+    assign(
+        &out,
+        vec![
+            item(1, term, "probe", "ns/a", &configmap("a")),
+            item(2, term - 1, "probe", "ns/old", &configmap("old")),
+            item(3, term, "replicaset", "ns/rs", "{}"),
+            item(4, term, "probe", "ns/a", &configmap("a")),
+            item(5, term, "probe", "ns/fail", &configmap("fail")),
+            item(6, term, "probe", "ns/garbled", "{not json"),
+            item(7, term, "probe", "ns/gone", ""),
+        ],
+    )
+    .await;
+    let (dones, credits) = dones(&mut stream, 5, 5).await;
+    assert_eq!(credits, 5, "one credit per finished item");
+    let mut ids: Vec<_> = dones.keys().copied().collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 4, 5, 6, 7], "refused items get no Done");
+    assert_eq!(dones[&1].outcome(), proto::Outcome::RequeueAfter);
+    assert_eq!(dones[&1].requeue_after_ms, 250);
+    assert_eq!(dones[&1].term, term);
+    assert_eq!(dones[&5].outcome(), proto::Outcome::Error);
+    assert_eq!(dones[&5].error, "probe failure");
+    assert_eq!(dones[&6].outcome(), proto::Outcome::Error);
+    assert!(
+        dones[&6].error.contains("not a valid ConfigMap"),
+        "{}",
+        dones[&6].error
+    );
+    assert_eq!(
+        dones[&7].outcome(),
+        proto::Outcome::Success,
+        "a gone object is reconciled with None"
+    );
+    assert!(
+        !probe.overlap.load(Ordering::SeqCst),
+        "two items of one key ran at once"
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_loses_its_lease_cancels_its_reconciles_and_comes_back_on_a_new_lease() {
+    let mut fleet = fleet("fence").await;
+    let probe = Arc::new(Probe::default());
+    let _worker = Worker::start(
+        config(&fleet, "fence"),
+        vec![probe_controller(probe.clone())],
+    )
+    .await
+    .unwrap();
+    let (mut stream, out) = next_stream(&mut fleet).await;
+    let first = hello(&mut stream).await;
+    welcome(&out, fleet.term).await;
+    assign(
+        &out,
+        vec![item(
+            1,
+            fleet.term,
+            "probe",
+            "ns/forever",
+            &configmap("forever"),
+        )],
+    )
+    .await;
+    tokio::time::timeout(WAIT, async {
+        while probe.started.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await
+        }
+    })
+    .await
+    .expect("the item never started");
+
+    fleet
+        .etcd
+        .clone()
+        .lease_revoke(first.lease_id)
+        .await
+        .unwrap();
+
+    let (mut stream, _out) = next_stream(&mut fleet).await;
+    let second = hello(&mut stream).await;
+    assert!(
+        probe.cancelled.load(Ordering::SeqCst),
+        "the running reconcile must be cancelled when the lease is lost"
+    );
+    assert_ne!(
+        second.lease_id, first.lease_id,
+        "a new session needs a new lease"
+    );
+    assert!(
+        second.held.is_empty(),
+        "items of the lost lease are not held any more"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_shutdown_finishes_running_items_reports_them_and_revokes_the_lease() {
+    let mut fleet = fleet("drain").await;
+    let probe = Arc::new(Probe::default());
+    let worker = Worker::start(
+        config(&fleet, "drain"),
+        vec![probe_controller(probe.clone())],
+    )
+    .await
+    .unwrap();
+    let (mut stream, out) = next_stream(&mut fleet).await;
+    hello(&mut stream).await;
+    welcome(&out, fleet.term).await;
+    initial_credit(&mut stream).await;
+    assign(
+        &out,
+        vec![item(1, fleet.term, "probe", "ns/slow", &configmap("slow"))],
+    )
+    .await;
+    tokio::time::timeout(WAIT, async {
+        while probe.started.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await
+        }
+    })
+    .await
+    .expect("the item never started");
+
+    let shutdown = tokio::spawn(worker.shutdown());
+    let (dones, credits) = dones(&mut stream, 1, 0).await;
+    assert_eq!(credits, 0, "a draining worker grants no credit");
+    assert_eq!(dones[&1].outcome(), proto::Outcome::Success);
+    tokio::time::timeout(WAIT, shutdown)
+        .await
+        .expect("shutdown took too long")
+        .unwrap();
+    let registered = fleet
+        .etcd
+        .clone()
+        .get(FleetKeys::new("drain").worker("w-1"), None)
+        .await
+        .unwrap();
+    assert!(
+        registered.kvs().is_empty(),
+        "the registration must go with the revoked lease"
+    );
+}
