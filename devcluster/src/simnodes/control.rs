@@ -34,15 +34,16 @@ impl NodeControl {
     }
 }
 
-/// `POST /flotilla/v1/nodes/{name}/stop` and `POST /flotilla/v1/nodes/{name}/start`.
+/// `POST /v1/nodes/{name}/stop` and `POST /v1/nodes/{name}/start`, meant to be mounted under
+/// `/flotilla` (as `DevClusterConfig::extension` is), giving `/flotilla/v1/nodes/{name}/stop`.
 ///
 /// Both answer 200 with `{"node": name, "running": bool}`; 404 with a Kubernetes `Status` (reason
 /// NotFound) when `name` is not a simulated node; 503 (reason ServiceUnavailable) while no simulator
 /// is attached.
 pub fn control_router(control: NodeControl) -> axum::Router {
     axum::Router::new()
-        .route("/flotilla/v1/nodes/{name}/stop", post(stop))
-        .route("/flotilla/v1/nodes/{name}/start", post(start))
+        .route("/v1/nodes/{name}/stop", post(stop))
+        .route("/v1/nodes/{name}/start", post(start))
         .with_state(control)
 }
 

@@ -1,0 +1,28 @@
+//! API behaviour tests: what a kube-apiserver does, checked against devcluster (or, with
+//! `FLOTILLA_TEST_KUBECONFIG`, against any cluster). Expected values come from the upstream
+//! recordings in `kube-fixtures/` (named in each test); tests that need devcluster-only knobs
+//! (forced compaction, the node simulator) skip themselves on an external cluster, saying why.
+
+#![allow(clippy::unwrap_used)]
+
+pub mod support;
+
+mod api {
+    pub mod common;
+
+    mod compaction;
+    mod crd;
+    mod crud;
+    mod defaults;
+    mod discovery;
+    mod errors;
+    mod kube_rs;
+    mod kubectl;
+    mod lifecycle;
+    mod list_selectors;
+    mod namespaces;
+    mod paging;
+    mod patch;
+    mod simnodes;
+    mod watch;
+}

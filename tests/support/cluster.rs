@@ -1,0 +1,251 @@
+//! The cluster a test runs against: by default a devcluster (local API server on a throwaway etcd,
+//! optionally with simulated nodes) owned by the test; with `FLOTILLA_TEST_KUBECONFIG` set, the
+//! cluster that kubeconfig names, unchanged.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use flotilla_devcluster::{
+    DevCluster, DevClusterConfig, EtcdServer, NodeControl, NodeSimulator, SimConfig, control_router,
+};
+use tempfile::TempDir;
+
+/// Environment variable naming a kubeconfig: tests then run against that cluster instead of a devcluster.
+pub const KUBECONFIG_ENV: &str = "FLOTILLA_TEST_KUBECONFIG";
+
+/// Returns from the calling test, saying why, unless the cluster is a devcluster.
+#[macro_export]
+macro_rules! skip_unless_devcluster {
+    ($cluster:expr, $reason:expr) => {
+        if !$cluster.is_devcluster() {
+            eprintln!(
+                "skipped: {} — needs devcluster, but {} names an external cluster",
+                $reason,
+                $crate::support::cluster::KUBECONFIG_ENV
+            );
+            return;
+        }
+    };
+}
+
+/// How to start a [`TestCluster`].
+#[derive(Debug, Clone)]
+pub struct TestClusterBuilder {
+    sim: SimConfig,
+    compact_interval: Option<Duration>,
+    bookmark_interval: Duration,
+}
+
+impl Default for TestClusterBuilder {
+    fn default() -> Self {
+        TestClusterBuilder {
+            sim: SimConfig {
+                nodes: 0,
+                ..SimConfig::default()
+            },
+            compact_interval: None,
+            // Short, so tests observe bookmarks within their timeouts.
+            bookmark_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl TestClusterBuilder {
+    /// Also run a node simulator with `nodes` nodes (`sim-node-0..`), on devcluster and external
+    /// clusters alike.
+    pub fn with_nodes(mut self, nodes: usize) -> Self {
+        self.sim.nodes = nodes;
+        self
+    }
+
+    /// Replaces the node simulator's configuration (its `nodes` decides whether one runs).
+    pub fn with_sim_config(mut self, sim: SimConfig) -> Self {
+        self.sim = sim;
+        self
+    }
+
+    /// Periodic compaction of the devcluster's etcd (ignored on an external cluster).
+    pub fn with_compact_interval(mut self, interval: Duration) -> Self {
+        self.compact_interval = Some(interval);
+        self
+    }
+
+    /// How often the devcluster sends bookmarks (default 1 s; ignored on an external cluster).
+    pub fn with_bookmark_interval(mut self, interval: Duration) -> Self {
+        self.bookmark_interval = interval;
+        self
+    }
+
+    /// Starts the cluster (and etcd, and the simulator when asked for).
+    ///
+    /// # Panics
+    /// With a message saying what could not be started.
+    pub async fn start(self) -> TestCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("flotilla-test-")
+            .tempdir()
+            .unwrap_or_else(|err| panic!("cannot create a temporary directory: {err}"));
+        let etcd = EtcdServer::start()
+            .await
+            .unwrap_or_else(|err| panic!("cannot start etcd for the test: {err}"));
+        let control = NodeControl::new();
+        let (backend, kubeconfig) = match std::env::var_os(KUBECONFIG_ENV) {
+            Some(path) => (Backend::External, PathBuf::from(path)),
+            None => {
+                let listen: SocketAddr = ([127, 0, 0, 1], 0).into();
+                let config = DevClusterConfig {
+                    etcd_endpoints: etcd.endpoints(),
+                    listen,
+                    compact_interval: self.compact_interval,
+                    bookmark_interval: self.bookmark_interval,
+                    extension: (self.sim.nodes > 0).then(|| control_router(control.clone())),
+                };
+                let cluster = DevCluster::start(config)
+                    .await
+                    .unwrap_or_else(|err| panic!("cannot start devcluster: {err}"));
+                let path = dir.path().join("kubeconfig");
+                cluster
+                    .write_kubeconfig(&path)
+                    .unwrap_or_else(|err| panic!("cannot write the devcluster kubeconfig: {err}"));
+                (Backend::Dev(cluster), path)
+            }
+        };
+        let client = client_from(&kubeconfig).await;
+        let simulator = if self.sim.nodes > 0 {
+            let simulator = NodeSimulator::start(client.clone(), self.sim)
+                .await
+                .unwrap_or_else(|err| panic!("cannot start the node simulator: {err}"));
+            control.attach(simulator.handle());
+            Some(simulator)
+        } else {
+            None
+        };
+        TestCluster {
+            simulator,
+            client,
+            kubeconfig,
+            backend,
+            etcd,
+            _dir: dir,
+        }
+    }
+}
+
+enum Backend {
+    External,
+    Dev(DevCluster),
+}
+
+/// A cluster for one test. Dropping it stops what it started (simulator, devcluster, etcd), in
+/// that order.
+pub struct TestCluster {
+    // Field order is drop order: the simulator stops before the server it talks to, the server
+    // before its etcd.
+    simulator: Option<NodeSimulator>,
+    client: kube::Client,
+    kubeconfig: PathBuf,
+    backend: Backend,
+    etcd: EtcdServer,
+    _dir: TempDir,
+}
+
+impl TestCluster {
+    /// A devcluster without simulated nodes (or the external cluster).
+    pub async fn start() -> TestCluster {
+        TestCluster::builder().start().await
+    }
+
+    /// A builder for clusters with nodes or other knobs.
+    pub fn builder() -> TestClusterBuilder {
+        TestClusterBuilder::default()
+    }
+
+    /// Whether this is a devcluster started by the test (false for `FLOTILLA_TEST_KUBECONFIG`).
+    pub fn is_devcluster(&self) -> bool {
+        matches!(self.backend, Backend::Dev(_))
+    }
+
+    /// A client for the cluster.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// A kubeconfig file for the cluster (for kubectl or processes the test starts).
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// etcd client URLs for the fleet (coordinators and workers). On a devcluster this is the etcd
+    /// that also stores the API's objects (under another prefix); with an external cluster, an etcd
+    /// started for the test.
+    pub fn etcd_endpoints(&self) -> Vec<String> {
+        self.etcd.endpoints()
+    }
+
+    /// Compacts the devcluster's etcd up to its current revision and returns that revision; `None`
+    /// on an external cluster, which cannot be compacted on demand.
+    ///
+    /// # Panics
+    /// When the devcluster fails to compact.
+    pub async fn compact_now(&self) -> Option<i64> {
+        match &self.backend {
+            Backend::Dev(cluster) => Some(
+                cluster
+                    .compact_now()
+                    .await
+                    .unwrap_or_else(|err| panic!("cannot compact devcluster: {err}")),
+            ),
+            Backend::External => None,
+        }
+    }
+
+    /// The names of the simulated nodes (empty without a simulator).
+    pub fn node_names(&self) -> Vec<String> {
+        self.simulator
+            .as_ref()
+            .map(NodeSimulator::node_names)
+            .unwrap_or_default()
+    }
+
+    /// Stops a simulated node's heartbeats and pod updates.
+    ///
+    /// # Panics
+    /// Without a simulator, or for a name that is not a simulated node.
+    pub fn stop_node(&self, name: &str) {
+        let simulator = self.simulator.as_ref().unwrap_or_else(|| {
+            panic!("stop_node({name}): the cluster was started without simulated nodes")
+        });
+        simulator
+            .stop_node(name)
+            .unwrap_or_else(|err| panic!("stop_node({name}): {err}"));
+    }
+
+    /// Resumes a stopped simulated node.
+    ///
+    /// # Panics
+    /// Without a simulator, or for a name that is not a simulated node.
+    pub fn start_node(&self, name: &str) {
+        let simulator = self.simulator.as_ref().unwrap_or_else(|| {
+            panic!("start_node({name}): the cluster was started without simulated nodes")
+        });
+        simulator
+            .start_node(name)
+            .unwrap_or_else(|err| panic!("start_node({name}): {err}"));
+    }
+}
+
+/// A client for the cluster a kubeconfig file names.
+///
+/// # Panics
+/// When the file cannot be read or used.
+pub async fn client_from(kubeconfig: &Path) -> kube::Client {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig)
+        .unwrap_or_else(|err| panic!("cannot read kubeconfig {}: {err}", kubeconfig.display()));
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap_or_else(|err| panic!("cannot use kubeconfig {}: {err}", kubeconfig.display()));
+    kube::Client::try_from(config)
+        .unwrap_or_else(|err| panic!("cannot build a client from {}: {err}", kubeconfig.display()))
+}

@@ -1,0 +1,13 @@
+//! The shared harness of the end-to-end tests: a cluster to test against (devcluster on a throwaway
+//! etcd, or any cluster named by `FLOTILLA_TEST_KUBECONFIG`), fresh namespaces, bounded waits, raw
+//! HTTP and watch helpers.
+//!
+//! Declare it in a test binary with `pub mod support;` (not `mod support;`): the helpers are then
+//! reachable public items, so a binary that uses only some of them gets no dead-code warnings.
+
+pub mod cluster;
+pub mod fleet;
+pub mod namespace;
+pub mod raw;
+pub mod wait;
+pub mod watch;
