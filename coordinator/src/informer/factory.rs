@@ -150,3 +150,60 @@ impl std::fmt::Debug for Informers {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn unreachable_informers() -> Informers {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        Informers::new(
+            kube::Client::try_from(config).unwrap(),
+            &mut Registry::default(),
+        )
+    }
+
+    fn pods() -> ResourceKind {
+        ResourceKind::new("", "v1", "Pod", "pods", true)
+    }
+
+    #[tokio::test]
+    async fn a_new_subscriber_replaces_the_previous_one() {
+        let informers = unreachable_informers();
+        let mut first = informers.subscribe();
+        let mut second = informers.subscribe();
+        assert!(
+            first.recv().await.is_none(),
+            "the replaced subscriber's channel must close"
+        );
+        informers
+            .inner
+            .subscriber
+            .send(InformerEvent::Synced { kind: pods() });
+        assert!(matches!(
+            second.try_recv(),
+            Ok(InformerEvent::Synced { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn ensure_is_idempotent_and_an_unreachable_server_leaves_the_kind_unsynced() {
+        let informers = unreachable_informers();
+        assert!(informers.store(&pods()).is_none());
+        informers.ensure(&pods());
+        informers.ensure(&pods());
+        assert_eq!(informers.kinds(), [(pods(), false, 0)]);
+        assert!(!informers.is_synced(&pods()));
+        informers.shutdown();
+    }
+
+    #[tokio::test]
+    async fn nothing_starts_after_shutdown() {
+        let informers = unreachable_informers();
+        informers.shutdown();
+        informers.ensure(&pods());
+        assert!(informers.store(&pods()).is_none());
+        assert!(informers.kinds().is_empty());
+    }
+}
