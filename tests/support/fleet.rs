@@ -1,0 +1,213 @@
+//! Real fleet processes for end-to-end tests: coordinators and workers started from the built binaries
+//! on loopback, with their logs in a temp dir, killed (SIGKILL) on drop. Plus helpers to ask the leader
+//! for its status.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use flotilla_common::{Election, FleetKeys, Leadership, connect_etcd};
+use flotilla_proto as proto;
+use tempfile::TempDir;
+
+use super::wait::wait_for;
+
+/// Timing for test fleets: short leases so failover and lease-expiry tests stay quick.
+pub const LEASE: Duration = Duration::from_secs(3);
+
+/// The directory holding the workspace's binaries (`flotilla`, `fleet-probe`, `greeting-controller`).
+pub fn bin_dir() -> PathBuf {
+    let flotilla = PathBuf::from(env!("CARGO_BIN_EXE_flotilla"));
+    flotilla.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The path of a workspace binary; panics with the command that builds it when it is missing.
+pub fn binary(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is not built; run `cargo build --workspace --bins` first (the README's test command does)",
+        path.display()
+    );
+    path
+}
+
+/// One child process; SIGKILLed on drop unless it already exited.
+pub struct Proc {
+    pub name: String,
+    child: tokio::process::Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    /// SIGKILL: the process gets no chance to clean up (a crash).
+    pub async fn kill9(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+
+    /// SIGTERM, then waits for the exit (bounded).
+    pub async fn sigterm(&mut self, timeout: Duration) {
+        let pid = self.pid();
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(_) => {}
+            Err(_) => panic!("{} did not exit within {timeout:?} of SIGTERM; log: {}", self.name, self.log.display()),
+        }
+    }
+
+    /// The process's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// A fleet under test: names, endpoints, and the processes started for it.
+pub struct Fleet {
+    pub name: String,
+    pub etcd_endpoints: Vec<String>,
+    pub kubeconfig: PathBuf,
+    dir: Option<TempDir>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        // Keep the logs of a failing test: its panic message points at them.
+        if std::thread::panicking()
+            && let Some(dir) = self.dir.take()
+        {
+            eprintln!("keeping fleet logs in {}", dir.keep().display());
+        }
+    }
+}
+
+impl Fleet {
+    /// A fleet with a unique name on `etcd_endpoints`, using the cluster behind `kubeconfig`.
+    pub fn new(etcd_endpoints: Vec<String>, kubeconfig: &Path) -> Self {
+        let dir = tempfile::Builder::new().prefix("flotilla-fleet-").tempdir().expect("temp dir");
+        let name = format!("t{}", super::namespace::random_suffix(8));
+        Self { name, etcd_endpoints, kubeconfig: kubeconfig.to_path_buf(), dir: Some(dir) }
+    }
+
+    fn spawn(&self, name: &str, program: &Path, args: &[String]) -> Proc {
+        let log = self.dir().join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let err = file.try_clone().expect("log file");
+        let child = tokio::process::Command::new(program)
+            .args(args)
+            .env("RUST_LOG", std::env::var("FLOTILLA_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        Proc { name: name.to_owned(), child, log }
+    }
+
+    /// Starts `flotilla coordinator` with test timing (lease 3 s).
+    pub fn coordinator(&self, id: &str, extra: &[&str]) -> Proc {
+        let mut args: Vec<String> = [
+            "coordinator",
+            "--id",
+            id,
+            "--fleet",
+            &self.name,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--leader-elect-lease-duration",
+            "3s",
+            "--leader-elect-renew-deadline",
+            "2s",
+            "--leader-elect-retry-period",
+            "500ms",
+            "--worker-reconnect-grace",
+            "5s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.push("--etcd-endpoints".into());
+        args.push(self.etcd_endpoints.join(","));
+        args.push("--kubeconfig".into());
+        args.push(self.kubeconfig.display().to_string());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        self.spawn(id, &binary("flotilla"), &args)
+    }
+
+    /// Starts a worker binary (`fleet-probe`, `greeting-controller`, or `flotilla` with `worker` as the
+    /// first extra argument) with test timing (lease 3 s).
+    pub fn worker(&self, program: &str, id: &str, extra: &[&str]) -> Proc {
+        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        args.extend(
+            [
+                "--worker-id",
+                id,
+                "--fleet",
+                &self.name,
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--lease-ttl",
+                "3s",
+                "--lease-renew-interval",
+                "500ms",
+                "--shutdown-grace-period",
+                "2s",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        args.push("--etcd-endpoints".into());
+        args.push(self.etcd_endpoints.join(","));
+        args.push("--kubeconfig".into());
+        args.push(self.kubeconfig.display().to_string());
+        self.spawn(id, &binary(program), &args)
+    }
+
+    /// The current leader, if any.
+    pub async fn leader(&self) -> Option<Leadership> {
+        let etcd = connect_etcd(&self.etcd_endpoints).await.ok()?;
+        Election::new(etcd, FleetKeys::new(&self.name).election()).leader().await.ok().flatten()
+    }
+
+    /// The leader's status; `None` while there is no leader or it does not answer.
+    pub async fn status(&self) -> Option<proto::StatusResponse> {
+        let leader = self.leader().await?;
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", leader.info.address))
+            .ok()?
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(Duration::from_secs(2));
+        let channel = endpoint.connect().await.ok()?;
+        let mut admin = proto::admin_client::AdminClient::new(channel);
+        admin.status(proto::StatusRequest {}).await.ok().map(|r| r.into_inner())
+    }
+
+    /// Waits until the leader reports `n` connected workers and every shard owned.
+    pub async fn wait_for_workers(&self, n: usize, timeout: Duration) -> proto::StatusResponse {
+        wait_for(timeout, &format!("{n} connected workers owning all shards"), || async {
+            let s = self.status().await?;
+            let connected = s.workers.iter().filter(|w| w.connected).count();
+            let owned: u32 = s.workers.iter().map(|w| w.shards).sum();
+            (connected == n && owned == s.shard_count).then_some(s)
+        })
+        .await
+    }
+
+    /// Where the processes' logs go.
+    pub fn dir(&self) -> &Path {
+        self.dir.as_ref().map_or(Path::new("/tmp"), TempDir::path)
+    }
+}
