@@ -1,2 +1,12 @@
-//! placeholder
-fn main() {}
+//! `greeting-controller`: an example custom controller on the Flotilla worker SDK. For every
+//! `Greeting` (group `example.flotilla.dev`) it keeps a ConfigMap `<name>-greeting` whose
+//! `data.message` is the Greeting's `spec.message`, and records the generation it handled in
+//! `status.observedGeneration`.
+
+mod reconcile;
+mod resource;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    flotilla_worker::run_custom(vec![reconcile::controller().into()]).await
+}

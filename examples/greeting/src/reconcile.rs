@@ -1,0 +1,173 @@
+//! The Greeting controller: one owned ConfigMap per Greeting, carrying its message.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use flotilla_worker::{Action, Context, Controller, Request};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::resource::Greeting;
+
+/// Errors of one reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Greeting from the cache lacks a uid or namespace, so no owner reference can point at it.
+    #[error("greeting {0} lacks a uid or namespace")]
+    Incomplete(String),
+    /// The owned ConfigMaps shipped with the item are unreadable.
+    #[error("cannot read prefetched configmaps")]
+    Prefetched(#[source] flotilla_worker::ContextError),
+    /// The Kubernetes API refused a write.
+    #[error("kubernetes api call failed")]
+    Kube(#[source] kube::Error),
+}
+
+/// The controller as the worker runs it.
+pub fn controller() -> Controller<Greeting> {
+    Controller::<Greeting>::new("greeting")
+        .owns::<ConfigMap>()
+        .prefetch_owned::<ConfigMap>()
+        .concurrency(5)
+        .reconcile(reconcile)
+        // A failed write (a conflict, a flaky API) is retried after 5 s instead of with the fleet's
+        // exponential backoff: redoing a Greeting is cheap, and an operator fixing a conflicting
+        // ConfigMap wants to see the result soon.
+        .error_policy(|_err, _ctx| Action::requeue(Duration::from_secs(5)))
+}
+
+/// The name of a Greeting's ConfigMap.
+pub fn configmap_name(greeting: &str) -> String {
+    format!("{greeting}-greeting")
+}
+
+/// The ConfigMap a Greeting wants: its message, owned by (and deleted with) the Greeting.
+///
+/// # Errors
+/// [`Error::Incomplete`] when the Greeting has no uid or namespace.
+pub fn desired_configmap(greeting: &Greeting) -> Result<ConfigMap, Error> {
+    let incomplete = || Error::Incomplete(greeting.name_any());
+    let mut owner = greeting.controller_owner_ref(&()).ok_or_else(incomplete)?;
+    owner.block_owner_deletion = Some(true);
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(configmap_name(&greeting.name_any())),
+            namespace: Some(greeting.namespace().ok_or_else(incomplete)?),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            "message".to_owned(),
+            greeting.spec.message.clone(),
+        )])),
+        ..ConfigMap::default()
+    })
+}
+
+async fn reconcile(request: Request<Greeting>, ctx: Context) -> Result<Action, Error> {
+    // A deleted Greeting's ConfigMap goes with it through its owner reference (garbage collection).
+    let Some(greeting) = request.object() else {
+        return Ok(Action::await_change());
+    };
+    let desired = desired_configmap(greeting)?;
+    let namespace = desired.metadata.namespace.clone().unwrap_or_default();
+    let name = desired.metadata.name.clone().unwrap_or_default();
+    let existing = ctx
+        .prefetched::<ConfigMap>()
+        .map_err(Error::Prefetched)?
+        .into_iter()
+        .find(|c| c.name_any() == name);
+    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client(), &namespace);
+    match existing {
+        Some(current) if current.data == desired.data => {}
+        Some(_) => {
+            let patch = json!({ "data": { "message": greeting.spec.message } });
+            configmaps
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::Kube)?;
+        }
+        None => {
+            configmaps
+                .create(&PostParams::default(), &desired)
+                .await
+                .map_err(Error::Kube)?;
+            let event = Event {
+                type_: EventType::Normal,
+                reason: "ConfigMapCreated".into(),
+                note: Some(format!("created ConfigMap {name}")),
+                action: "Create".into(),
+                secondary: None,
+            };
+            // An event is a courtesy; failing to publish it must not fail the reconcile.
+            if let Err(err) = ctx
+                .recorder()
+                .publish(&event, &greeting.object_ref(&()))
+                .await
+            {
+                tracing::debug!(error = %err, "cannot publish an event");
+            }
+        }
+    }
+    let generation = greeting.metadata.generation;
+    if greeting.status.as_ref().and_then(|s| s.observed_generation) != generation {
+        let greetings: Api<Greeting> = Api::namespaced(ctx.client(), &namespace);
+        let patch = json!({ "status": { "observedGeneration": generation } });
+        greetings
+            .patch_status(
+                request.name(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(Error::Kube)?;
+    }
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::resource::GreetingSpec;
+
+    use super::*;
+
+    fn greeting(uid: Option<&str>) -> Greeting {
+        let mut greeting = Greeting::new(
+            "hello",
+            GreetingSpec {
+                message: "hi there".into(),
+            },
+        );
+        greeting.metadata.namespace = Some("team-a".into());
+        greeting.metadata.uid = uid.map(str::to_owned);
+        greeting
+    }
+
+    #[test]
+    fn the_configmap_carries_the_message_and_a_blocking_controller_reference() {
+        let configmap = desired_configmap(&greeting(Some("u-1"))).unwrap();
+        assert_eq!(configmap.metadata.name.as_deref(), Some("hello-greeting"));
+        assert_eq!(configmap.metadata.namespace.as_deref(), Some("team-a"));
+        assert_eq!(configmap.data.unwrap()["message"], "hi there");
+        let owner = &configmap.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Greeting", "hello", "u-1")
+        );
+        assert_eq!(owner.api_version, "example.flotilla.dev/v1");
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(owner.block_owner_deletion, Some(true));
+    }
+
+    #[test]
+    fn a_greeting_without_a_uid_is_an_error_not_a_panic() {
+        assert!(matches!(
+            desired_configmap(&greeting(None)),
+            Err(Error::Incomplete(_))
+        ));
+    }
+}
