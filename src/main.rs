@@ -22,6 +22,12 @@ enum Command {
     Coordinator(cmd::coordinator::Args),
     /// Show the fleet as its leader sees it.
     Status(cmd::status::Args),
+    /// Take items from the leader and reconcile them with the built-in controllers.
+    Worker(cmd::worker::Args),
+    /// The local demo: etcd, devcluster, 2 coordinators and 3 workers running the greeting example.
+    Up(cmd::up::Args),
+    /// Benchmarks that write machine-readable results.
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -39,6 +45,9 @@ fn main() -> std::process::ExitCode {
             Command::Simnodes(args) => cmd::simnodes::run(args).await,
             Command::Coordinator(args) => cmd::coordinator::run(args).await,
             Command::Status(args) => cmd::status::run(args).await,
+            Command::Worker(args) => cmd::worker::run(args).await,
+            Command::Up(args) => cmd::up::run(args).await,
+            Command::Bench(args) => cmd::bench::run(args).await,
         }
     });
     match result {

@@ -1,7 +1,10 @@
 //! One module per `flotilla` subcommand: flags and the process life of that role.
 
+pub mod bench;
 pub mod coordinator;
 pub mod devcluster;
 pub mod duration;
 pub mod simnodes;
 pub mod status;
+pub mod up;
+pub mod worker;

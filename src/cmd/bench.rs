@@ -1,0 +1,314 @@
+//! `flotilla bench …`: benchmarks that write machine-readable results. `dispatch` measures the fleet core
+//! alone: one coordinator, 1 / 2 / 4 workers on loopback, no-op reconciles of keys enqueued straight into
+//! the leader's queue (no objects), reporting keys/s and enqueue → reconcile-start latency.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use flotilla_coordinator::{Coordinator, CoordinatorConfig};
+use flotilla_devcluster::{DevCluster, DevClusterConfig, EtcdServer};
+use flotilla_worker::{Action, Controller, Worker, WorkerConfig};
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde_json::json;
+
+/// Flags of `flotilla bench`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Bench {
+    /// Fleet-core throughput and latency with no-op reconciles.
+    Dispatch(DispatchArgs),
+}
+
+/// Flags of `flotilla bench dispatch`.
+#[derive(clap::Args, Debug)]
+pub struct DispatchArgs {
+    /// Keys per run.
+    #[arg(long, default_value_t = 100_000)]
+    keys: usize,
+    /// Worker counts to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    workers: Vec<usize>,
+    /// Runs per worker count; the report gives medians.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Concurrent reconciles per worker (--concurrent-bench-syncs).
+    #[arg(long, default_value_t = 512)]
+    concurrency: u32,
+    /// Where to write the JSON result.
+    #[arg(long, default_value = "target/bench-dispatch.json")]
+    output: std::path::PathBuf,
+}
+
+/// Runs a benchmark.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    flotilla_common::init_logging(flotilla_common::LogFormat::Text);
+    match args.bench {
+        Bench::Dispatch(args) => dispatch(args).await,
+    }
+}
+
+/// One measured run.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct RunResult {
+    keys_per_sec: f64,
+    burst_p50_ms: f64,
+    burst_p99_ms: f64,
+    paced_rate: f64,
+    paced_p50_ms: f64,
+    paced_p99_ms: f64,
+}
+
+/// Start times of reconciles, by key number, in ns since `base` (0 = not yet).
+struct Clock {
+    base: Instant,
+    enqueued: Vec<AtomicU64>,
+    started: Vec<AtomicU64>,
+    count: AtomicUsize,
+}
+
+impl Clock {
+    fn new(n: usize) -> Self {
+        Self {
+            base: Instant::now(),
+            enqueued: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            started: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicUsize::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn reset(&self) {
+        for (e, s) in self.enqueued.iter().zip(&self.started) {
+            e.store(0, Ordering::Relaxed);
+            s.store(0, Ordering::Relaxed);
+        }
+        self.count.store(0, Ordering::SeqCst);
+    }
+
+    fn latencies_ms(&self, range: std::ops::Range<usize>) -> Vec<f64> {
+        let mut v: Vec<f64> = range
+            .filter_map(|i| {
+                let (e, s) = (self.enqueued[i].load(Ordering::Relaxed), self.started[i].load(Ordering::Relaxed));
+                (s >= e && s > 0).then(|| (s - e) as f64 / 1e6)
+            })
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+}
+
+async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
+    let etcd = EtcdServer::start().await?;
+    let cluster = DevCluster::start(DevClusterConfig {
+        etcd_endpoints: etcd.endpoints(),
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        compact_interval: None,
+        bookmark_interval: Duration::from_secs(1),
+        extension: None,
+    })
+    .await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    cluster.write_kubeconfig(&kubeconfig)?;
+    let kube_config = flotilla_common::kube_config(Some(&kubeconfig)).await?;
+
+    let clock = Arc::new(Clock::new(args.keys));
+    let mut report = Vec::new();
+    for &workers in &args.workers {
+        let mut runs = Vec::new();
+        for run in 0..args.runs {
+            let fleet = format!("bench-{workers}-{run}");
+            let result = one_run(&args, &fleet, workers, &etcd, &kubeconfig, &kube_config, clock.clone()).await?;
+            eprintln!(
+                "workers={workers} run={run}: {:.0} keys/s, burst p50 {:.1} ms p99 {:.1} ms, paced at {:.0}/s p50 {:.2} ms p99 {:.2} ms",
+                result.keys_per_sec, result.burst_p50_ms, result.burst_p99_ms, result.paced_rate, result.paced_p50_ms, result.paced_p99_ms
+            );
+            runs.push(result);
+        }
+        let med = |f: fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
+        report.push(json!({
+            "workers": workers,
+            "runs": runs,
+            "median": {
+                "keys_per_sec": med(|r| r.keys_per_sec),
+                "burst_p50_ms": med(|r| r.burst_p50_ms),
+                "burst_p99_ms": med(|r| r.burst_p99_ms),
+                "paced_rate": med(|r| r.paced_rate),
+                "paced_p50_ms": med(|r| r.paced_p50_ms),
+                "paced_p99_ms": med(|r| r.paced_p99_ms),
+            }
+        }));
+    }
+    let result = json!({
+        "benchmark": "dispatch",
+        "keys": args.keys,
+        "concurrency_per_worker": args.concurrency,
+        "runs_per_point": args.runs,
+        "results": report,
+    });
+    if let Some(parent) = args.output.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&args.output, serde_json::to_string_pretty(&result)?)?;
+    println!("| workers | keys/s (median) | burst p50 / p99 ms | paced rate keys/s | paced p50 / p99 ms |");
+    println!("|---:|---:|---:|---:|---:|");
+    for r in result["results"].as_array().into_iter().flatten() {
+        let m = &r["median"];
+        println!(
+            "| {} | {:.0} | {:.1} / {:.1} | {:.0} | {:.2} / {:.2} |",
+            r["workers"],
+            m["keys_per_sec"].as_f64().unwrap_or(f64::NAN),
+            m["burst_p50_ms"].as_f64().unwrap_or(f64::NAN),
+            m["burst_p99_ms"].as_f64().unwrap_or(f64::NAN),
+            m["paced_rate"].as_f64().unwrap_or(f64::NAN),
+            m["paced_p50_ms"].as_f64().unwrap_or(f64::NAN),
+            m["paced_p99_ms"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
+    println!("\nJSON written to {}", args.output.display());
+    cluster.shutdown().await;
+    Ok(())
+}
+
+async fn one_run(
+    args: &DispatchArgs,
+    fleet: &str,
+    workers: usize,
+    etcd: &EtcdServer,
+    kubeconfig: &std::path::Path,
+    kube_config: &kube::Config,
+    clock: Arc<Clock>,
+) -> anyhow::Result<RunResult> {
+    clock.reset();
+    let mut config = CoordinatorConfig::new(fleet, etcd.endpoints());
+    config.kubeconfig = Some(kubeconfig.to_path_buf());
+    config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.metrics_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    let coordinator = Coordinator::start(config).await?;
+    let mut fleet_workers = Vec::new();
+    for i in 0..workers {
+        let clock = clock.clone();
+        let controller = Controller::<ConfigMap>::new("bench")
+            .concurrency(args.concurrency)
+            .reconcile(move |request, _ctx| {
+                let clock = clock.clone();
+                async move {
+                    if let Some(i) = request.key().strip_prefix("b/").and_then(|n| n.parse::<usize>().ok())
+                        && let Some(slot) = clock.started.get(i)
+                    {
+                        if slot.compare_exchange(0, clock.now(), Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+                            clock.count.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Ok::<_, Infallible>(Action::await_change())
+                }
+            });
+        let mut wc = WorkerConfig::new(&format!("{fleet}-w{i}"), fleet, etcd.endpoints(), kube_config.clone());
+        wc.kube_api_qps = 0.0;
+        fleet_workers.push(Worker::start(wc, vec![controller.into()]).await?);
+    }
+    // Wait until the leader runs the controller with every worker connected and every shard owned.
+    let ready_by = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(s) = super::status::fetch(&etcd.endpoints(), fleet).await {
+            let connected = s.workers.iter().filter(|w| w.connected).count();
+            let owned: u32 = s.workers.iter().map(|w| w.shards).sum();
+            let synced = s.informers.iter().all(|i| i.synced) && s.queues.iter().any(|q| q.controller == "bench");
+            if connected == workers && owned == s.shard_count && synced {
+                break;
+            }
+        }
+        if Instant::now() > ready_by {
+            bail!("the fleet did not become ready within 30s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Burst: every key at once, in batches, as fast as the queue takes them.
+    let keys: Vec<String> = (0..args.keys).map(|i| format!("b/{i}")).collect();
+    let start = Instant::now();
+    for (chunk_no, chunk) in keys.chunks(10_000).enumerate() {
+        let now = clock.now();
+        for i in 0..chunk.len() {
+            clock.enqueued[chunk_no * 10_000 + i].store(now, Ordering::Relaxed);
+        }
+        if !coordinator.enqueue("bench", chunk.to_vec()) {
+            bail!("the coordinator is not leading");
+        }
+    }
+    wait_count(&clock, args.keys, Duration::from_secs(120)).await.context("burst phase")?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let keys_per_sec = args.keys as f64 / elapsed;
+    let burst = clock.latencies_ms(0..args.keys);
+
+    // Paced: half that rate, one batch per millisecond, on fresh keys (the same numbers, reset).
+    clock.reset();
+    let rate = keys_per_sec / 2.0;
+    let paced_keys = args.keys.min((rate * 2.0) as usize).max(1000);
+    let per_tick = ((rate / 1000.0).ceil() as usize).max(1);
+    let mut ticker = tokio::time::interval(Duration::from_millis(1));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut next = 0;
+    let paced_start = Instant::now();
+    while next < paced_keys {
+        ticker.tick().await;
+        let end = (next + per_tick).min(paced_keys);
+        let now = clock.now();
+        for i in next..end {
+            clock.enqueued[i].store(now, Ordering::Relaxed);
+        }
+        coordinator.enqueue("bench", (next..end).map(|i| format!("b/{i}")).collect());
+        next = end;
+    }
+    wait_count(&clock, paced_keys, Duration::from_secs(120)).await.context("paced phase")?;
+    let paced_rate = paced_keys as f64 / paced_start.elapsed().as_secs_f64();
+    let paced = clock.latencies_ms(0..paced_keys);
+
+    for w in fleet_workers {
+        w.shutdown().await;
+    }
+    coordinator.shutdown().await;
+    Ok(RunResult {
+        keys_per_sec,
+        burst_p50_ms: percentile(&burst, 0.50),
+        burst_p99_ms: percentile(&burst, 0.99),
+        paced_rate,
+        paced_p50_ms: percentile(&paced, 0.50),
+        paced_p99_ms: percentile(&paced, 0.99),
+    })
+}
+
+async fn wait_count(clock: &Clock, n: usize, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while clock.count.load(Ordering::Relaxed) < n {
+        if Instant::now() > deadline {
+            bail!("only {} of {n} keys reconciled within {timeout:?}", clock.count.load(Ordering::Relaxed));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,300 @@
+//! `flotilla up`: the local demo. Starts etcd, the devcluster (with simulated nodes), two coordinators and
+//! three workers running the example `greeting` controller — each a real process — applies the Greeting
+//! CRD and sample Greetings, and prints live progress until every Greeting is reconciled.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use flotilla_devcluster::EtcdServer;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+/// The Greeting CRD of the example controller.
+const GREETING_CRD: &str = include_str!("../../examples/greeting/crd.yaml");
+
+/// Flags of `flotilla up`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Coordinators to start (one leads, the others stand by).
+    #[arg(long, default_value_t = 2)]
+    pub coordinators: usize,
+    /// Workers running the greeting controller.
+    #[arg(long, default_value_t = 3)]
+    pub workers: usize,
+    /// Sample Greetings to create.
+    #[arg(long, default_value_t = 50)]
+    pub greetings: usize,
+    /// Simulated nodes in the devcluster.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Keep everything running after the samples are reconciled, until Ctrl-C.
+    #[arg(long)]
+    pub keep_running: bool,
+    /// Give up when the samples are not reconciled within this long.
+    #[arg(long, default_value = "120s", value_parser = super::duration::parse_duration)]
+    pub timeout: Duration,
+}
+
+/// A child process, terminated (SIGTERM, then SIGKILL) on drop.
+struct Child {
+    name: String,
+    child: std::process::Child,
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> anyhow::Result<Child> {
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    let child = std::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("cannot start {}", program.display()))?;
+    Ok(Child { name: name.to_owned(), child })
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+/// A binary built next to this one.
+fn sibling(name: &str) -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let path = me.with_file_name(name);
+    if !path.exists() {
+        bail!("{} is missing; build every binary first: cargo build --workspace --bins", path.display());
+    }
+    Ok(path)
+}
+
+/// Runs the demo.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("flotilla-up-").tempdir()?;
+    let logs = dir.path().to_path_buf();
+    println!("flotilla up: logs in {}", logs.display());
+
+    let etcd = EtcdServer::start().await?;
+    let endpoints = etcd.endpoints().join(",");
+    println!("  etcd            {endpoints}");
+
+    let flotilla = std::env::current_exe()?;
+    let kubeconfig = logs.join("kubeconfig");
+    let api = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+    let mut children = vec![spawn(
+        &logs,
+        "devcluster",
+        &flotilla,
+        &[
+            "devcluster".into(),
+            "--etcd-endpoints".into(),
+            endpoints.clone(),
+            "--listen".into(),
+            api.to_string(),
+            "--nodes".into(),
+            args.nodes.to_string(),
+            "--write-kubeconfig".into(),
+            kubeconfig.display().to_string(),
+        ],
+    )?];
+    let client = wait_for_api(&kubeconfig).await?;
+    println!("  devcluster      http://{api} ({} simulated nodes), kubeconfig {}", args.nodes, kubeconfig.display());
+
+    let fleet = "demo";
+    for i in 0..args.coordinators {
+        let id = format!("coordinator-{i}");
+        children.push(spawn(
+            &logs,
+            &id,
+            &flotilla,
+            &[
+                "coordinator".into(),
+                "--id".into(),
+                id.clone(),
+                "--fleet".into(),
+                fleet.into(),
+                "--etcd-endpoints".into(),
+                endpoints.clone(),
+                "--kubeconfig".into(),
+                kubeconfig.display().to_string(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--metrics-listen".into(),
+                "127.0.0.1:0".into(),
+            ],
+        )?);
+    }
+    let greeting = sibling("greeting-controller")?;
+    for i in 0..args.workers {
+        let id = format!("worker-{i}");
+        children.push(spawn(
+            &logs,
+            &id,
+            &greeting,
+            &[
+                "--worker-id".into(),
+                id.clone(),
+                "--fleet".into(),
+                fleet.into(),
+                "--etcd-endpoints".into(),
+                endpoints.clone(),
+                "--kubeconfig".into(),
+                kubeconfig.display().to_string(),
+                "--metrics-listen".into(),
+                "127.0.0.1:0".into(),
+            ],
+        )?);
+    }
+    println!("  fleet {fleet:?}     {} coordinators, {} greeting workers", args.coordinators, args.workers);
+
+    let greetings = apply_samples(&client, args.greetings).await?;
+    println!("  applied         Greeting CRD and {} Greetings in namespace demo", args.greetings);
+
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        let done = reconciled(&client, &greetings).await;
+        let fleet_line = match super::status::fetch(&etcd.endpoints(), fleet).await {
+            Ok(s) => format!(
+                "leader {} (term {}), {} workers connected",
+                s.leader_id,
+                s.term,
+                s.workers.iter().filter(|w| w.connected).count()
+            ),
+            Err(_) => "no leader yet".into(),
+        };
+        let line = format!("  progress        {done}/{} Greetings reconciled; {fleet_line}", args.greetings);
+        if line != last {
+            println!("{line}");
+            last = line;
+        }
+        if done == args.greetings {
+            println!("all {} Greetings reconciled in {:.1}s", args.greetings, started.elapsed().as_secs_f64());
+            break;
+        }
+        if started.elapsed() > args.timeout {
+            bail!("timed out after {:?}: {done}/{} Greetings reconciled; see the logs in {}", args.timeout, args.greetings, logs.display());
+        }
+        for child in &mut children {
+            if let Ok(Some(status)) = child.child.try_wait() {
+                bail!("{} exited ({status}); see {}", child.name, logs.join(format!("{}.log", child.name)).display());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if args.keep_running {
+        println!("running; try: KUBECONFIG={} kubectl get greetings,configmaps -n demo", kubeconfig.display());
+        println!("         flotilla status --fleet {fleet} --etcd-endpoints {endpoints}");
+        println!("press Ctrl-C to stop");
+        flotilla_common::shutdown_signal().await;
+    }
+    // Workers first, so they hand back their leases cleanly; then coordinators; then the API.
+    while let Some(child) = children.pop() {
+        drop(child);
+    }
+    let _ = dir.keep();
+    Ok(())
+}
+
+async fn wait_for_api(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if kubeconfig.exists()
+            && let Ok(client) = flotilla_common::kube_client(Some(kubeconfig)).await
+            && client.apiserver_version().await.is_ok()
+        {
+            return Ok(client);
+        }
+        if Instant::now() > deadline {
+            bail!("the devcluster did not come up within 30s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn greeting_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.flotilla.dev", "v1", "Greeting"), "greetings")
+}
+
+async fn apply_samples(client: &kube::Client, n: usize) -> anyhow::Result<Vec<String>> {
+    let crd: Value = serde_saphyr::from_str(GREETING_CRD).context("examples/greeting/crd.yaml is not valid YAML")?;
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    crds.create(&PostParams::default(), &serde_json::from_value(crd)?).await.context("cannot create the Greeting CRD")?;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "demo"}}))?)
+        .await
+        .context("cannot create namespace demo")?;
+    let greetings: Api<DynamicObject> = Api::namespaced_with(client.clone(), "demo", &greeting_resource());
+    let mut names = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("hello-{i}");
+        let object = json!({
+            "apiVersion": "example.flotilla.dev/v1",
+            "kind": "Greeting",
+            "metadata": {"name": name},
+            "spec": {"message": format!("hello from greeting {i}")},
+        });
+        // The CRD is served a moment after it is created; retry the first create briefly.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match greetings.create(&PostParams::default(), &serde_json::from_value(object.clone())?).await {
+                Ok(_) => break,
+                Err(err) if Instant::now() < deadline => {
+                    tracing::debug!(error = %err, "Greeting not accepted yet; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(err) => return Err(err).context("cannot create a Greeting"),
+            }
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// How many Greetings have their ConfigMap with the right message and an up-to-date observedGeneration.
+async fn reconciled(client: &kube::Client, names: &[String]) -> usize {
+    let greetings: Api<DynamicObject> = Api::namespaced_with(client.clone(), "demo", &greeting_resource());
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), "demo");
+    let (Ok(gs), Ok(cms)) = (greetings.list(&Default::default()).await, configmaps.list(&Default::default()).await) else {
+        return 0;
+    };
+    gs.items
+        .iter()
+        .filter(|g| names.iter().any(|n| Some(n) == g.metadata.name.as_ref()))
+        .filter(|g| {
+            let name = g.metadata.name.clone().unwrap_or_default();
+            let message = g.data.pointer("/spec/message").and_then(Value::as_str);
+            let observed = g.data.pointer("/status/observedGeneration").and_then(Value::as_i64);
+            let cm_ok = cms.items.iter().any(|cm| {
+                cm.metadata.name.as_deref() == Some(&format!("{name}-greeting"))
+                    && cm.data.as_ref().and_then(|d| d.get("message")).map(String::as_str) == message
+            });
+            cm_ok && observed.is_some() && observed == g.metadata.generation
+        })
+        .count()
+}
