@@ -170,7 +170,8 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         self.waiting.next_ready_at()
     }
 
-    /// Keys ready to hand out (not processing, not waiting).
+    /// Keys ready to hand out (not processing, not waiting). The `workqueue_depth` gauge also counts keys
+    /// re-added while they are processed, as client-go's does.
     pub fn len(&self) -> usize {
         self.queue.len()
     }

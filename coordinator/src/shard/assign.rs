@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use super::hash::rendezvous_hash;
+use super::hash::{rendezvous_hash, rendezvous_prefix};
 
 /// A worker's identity in the fleet (its registration key in etcd). Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -96,40 +96,36 @@ pub fn assign(
         held[w] += 1;
     }
     let quota = quotas(shards, &workers, &held);
+    let scorers: Vec<Scorer> = workers.iter().map(Scorer::new).collect();
 
     // Over quota: keep the shards this worker scores best on, give up the rest.
     for w in 0..workers.len() {
         if held[w] <= quota[w] {
             continue;
         }
-        let mut mine: Vec<u32> = (0..shards)
+        let mut mine: Vec<(f64, u32)> = (0..shards)
             .filter(|&s| owner[s as usize] == Some(w))
+            .map(|s| (scorers[w].score(s), s))
             .collect();
-        mine.sort_by(|&a, &b| {
-            score(&workers[w], a)
-                .total_cmp(&score(&workers[w], b))
-                .then(a.cmp(&b))
-        });
+        mine.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let excess = (held[w] - quota[w]) as usize;
-        for &s in &mine[..excess] {
+        for &(_, s) in &mine[..excess] {
             owner[s as usize] = None;
         }
         held[w] = quota[w];
     }
 
     // Free shards, lowest first, go to the best-scoring worker that still has room. The quotas sum to
-    // `shards`, so there is always one.
+    // `shards`, so there is always one. Equal scores go to the smaller id.
     for s in 0..shards {
         if owner[s as usize].is_some() {
             continue;
         }
         let best = (0..workers.len())
             .filter(|&w| held[w] < quota[w])
-            .max_by(|&a, &b| {
-                score(&workers[a], s)
-                    .total_cmp(&score(&workers[b], s))
-                    .then(b.cmp(&a))
-            });
+            .map(|w| (scorers[w].score(s), w))
+            .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
+            .map(|(_, w)| w);
         if let Some(w) = best {
             owner[s as usize] = Some(w);
             held[w] += 1;
@@ -162,15 +158,30 @@ fn normalize(workers: &[WorkerWeight]) -> Vec<WorkerWeight> {
     sorted
 }
 
-/// Weighted rendezvous score of `worker` for `shard`: `-weight / ln(u)`, `u` uniform in (0, 1) from the hash.
-/// The highest score among workers is each worker's with probability proportional to its weight.
-fn score(worker: &WorkerWeight, shard: u32) -> f64 {
-    const TWO_POW_53: f64 = 9_007_199_254_740_992.0;
-    let bits = rendezvous_hash(worker.id.as_str(), shard) >> 11;
-    // 53 bits convert to f64 exactly; the half keeps u away from 0 and 1.
-    #[allow(clippy::cast_precision_loss)]
-    let u = (bits as f64 + 0.5) / TWO_POW_53;
-    -f64::from(worker.weight) / u.ln()
+/// Computes one worker's weighted rendezvous scores.
+struct Scorer {
+    prefix: u64,
+    weight: f64,
+}
+
+impl Scorer {
+    fn new(worker: &WorkerWeight) -> Self {
+        Self {
+            prefix: rendezvous_prefix(worker.id.as_str()),
+            weight: f64::from(worker.weight),
+        }
+    }
+
+    /// `-weight / ln(u)` with `u` uniform in (0, 1) from the hash of (worker, shard): the highest score among
+    /// workers falls to each worker with probability proportional to its weight.
+    fn score(&self, shard: u32) -> f64 {
+        const TWO_POW_53: f64 = 9_007_199_254_740_992.0;
+        let bits = rendezvous_hash(self.prefix, shard) >> 11;
+        // 53 bits convert to f64 exactly; the half keeps u away from 0 and 1.
+        #[allow(clippy::cast_precision_loss)]
+        let u = (bits as f64 + 0.5) / TWO_POW_53;
+        -self.weight / u.ln()
+    }
 }
 
 /// Largest-remainder quotas: each worker gets the floor of its share, and the shards left over go one each to

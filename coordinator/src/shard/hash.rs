@@ -42,11 +42,16 @@ pub fn shard_of(controller: &str, key: &str, shards: u32) -> u32 {
     u32::try_from(shard).unwrap_or(0)
 }
 
-/// The hash behind a worker's rendezvous score for a shard.
-pub(super) fn rendezvous_hash(worker: &str, shard: u32) -> u64 {
-    let state = fnv1a(FNV_OFFSET, worker.as_bytes());
-    let state = fnv1a(state, &[SEPARATOR]);
-    finalize(fnv1a(state, &shard.to_le_bytes()))
+/// The FNV state after a worker's id and the separator, so scoring one worker against many shards hashes its
+/// id once.
+pub(super) fn rendezvous_prefix(worker: &str) -> u64 {
+    fnv1a(fnv1a(FNV_OFFSET, worker.as_bytes()), &[SEPARATOR])
+}
+
+/// The hash behind a worker's rendezvous score for a shard: FNV-1a 64 over the worker id, 0xff and the shard
+/// as 4 little-endian bytes, then the finalizer; `prefix` comes from [`rendezvous_prefix`].
+pub(super) fn rendezvous_hash(prefix: u64, shard: u32) -> u64 {
+    finalize(fnv1a(prefix, &shard.to_le_bytes()))
 }
 
 #[cfg(test)]
@@ -64,7 +69,7 @@ mod tests {
             shard_of("replicaset", "default/web-7d9f8", 256),
             (PINNED[1] % 256) as u32
         );
-        assert_eq!(rendezvous_hash("worker-0", 7), PINNED[3]);
+        assert_eq!(rendezvous_hash(rendezvous_prefix("worker-0"), 7), PINNED[3]);
     }
 
     /// Computed independently (a few lines of Python) from the definition in the docs.
