@@ -1,6 +1,8 @@
 //! The worker against a scripted coordinator on a real etcd: Hello, credits, Done batches, term
 //! refusal, per-key serialization, bad objects, self-fencing on a lost lease and graceful shutdown.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

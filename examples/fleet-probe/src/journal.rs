@@ -120,6 +120,7 @@ pub fn controller(journal: Arc<Journal>, pause: Duration) -> Controller<ConfigMa
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -87,6 +87,7 @@ async fn reconcile(request: Request<ConfigMap>, ctx: Context) -> Result<Action, 
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

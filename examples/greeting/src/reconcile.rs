@@ -130,6 +130,7 @@ async fn reconcile(request: Request<Greeting>, ctx: Context) -> Result<Action, E
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use crate::resource::GreetingSpec;
 

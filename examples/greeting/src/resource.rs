@@ -30,6 +30,7 @@ pub struct GreetingStatus {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use kube::CustomResourceExt;
 

@@ -143,6 +143,7 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use clap::Parser;
 

@@ -70,6 +70,7 @@ impl Outbox {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -320,6 +320,7 @@ fn writes_of(op: WriteOp, path: &str, body: &[u8], kinds: &KindTable) -> Vec<Wri
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use std::convert::Infallible;
 

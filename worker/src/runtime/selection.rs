@@ -62,6 +62,7 @@ pub fn select_controllers<'a>(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

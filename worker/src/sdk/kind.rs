@@ -43,6 +43,7 @@ pub(crate) fn same_resource(kind: &ResourceKind, candidate: &ResourceKind) -> bo
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use k8s_openapi::api::core::v1::{ConfigMap, Node};
 
