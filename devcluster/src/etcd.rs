@@ -78,6 +78,8 @@ pub enum EtcdError {
 /// panics still cleans up. etcd's own output goes to [`EtcdServer::log_path`], not to the terminal.
 pub struct EtcdServer {
     child: Option<Child>,
+    /// Kills etcd if this process dies without running Drop (SIGKILL, abort, a test timeout).
+    watchdog: Option<Child>,
     client_url: String,
     log_path: PathBuf,
     // Held for its Drop: removes the data directory and the log.
@@ -148,8 +150,10 @@ impl EtcdServer {
                     source,
                 })
             })?;
+        let watchdog = spawn_watchdog(child.id());
         let mut server = EtcdServer {
             child: Some(child),
+            watchdog,
             client_url,
             log_path,
             _dir: dir,
@@ -219,7 +223,10 @@ impl EtcdServer {
     /// Kills the process at once (SIGKILL) and reaps it; the data directory stays until drop.
     /// Calling it again is a no-op.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        for mut child in [self.child.take(), self.watchdog.take()]
+            .into_iter()
+            .flatten()
+        {
             // Already exited is the only failure of kill(); wait() reaps either way.
             let _ = child.kill();
             let _ = child.wait();
@@ -263,6 +270,23 @@ fn find_binary() -> Result<PathBuf, EtcdError> {
         .map(|dir| dir.join("etcd"))
         .find(|candidate| candidate.is_file())
         .ok_or(EtcdError::BinaryMissing)
+}
+
+/// A shell loop that kills `etcd_pid` once this process is gone. Without it a test binary killed
+/// by a timeout would leave etcd running forever (no PR_SET_PDEATHSIG without unsafe code).
+/// Best effort: without `sh`, there is simply no watchdog.
+fn spawn_watchdog(etcd_pid: u32) -> Option<Child> {
+    let script = format!(
+        "while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill -9 {etcd_pid} 2>/dev/null",
+        parent = std::process::id()
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
 }
 
 fn free_port() -> Result<u16, EtcdError> {

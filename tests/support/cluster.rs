@@ -90,8 +90,8 @@ impl TestClusterBuilder {
             .await
             .unwrap_or_else(|err| panic!("cannot start etcd for the test: {err}"));
         let control = NodeControl::new();
-        let (backend, kubeconfig) = match std::env::var_os(KUBECONFIG_ENV) {
-            Some(path) => (Backend::External, PathBuf::from(path)),
+        let (devcluster, kubeconfig) = match std::env::var_os(KUBECONFIG_ENV) {
+            Some(path) => (None, PathBuf::from(path)),
             None => {
                 let listen: SocketAddr = ([127, 0, 0, 1], 0).into();
                 let config = DevClusterConfig {
@@ -108,7 +108,7 @@ impl TestClusterBuilder {
                 cluster
                     .write_kubeconfig(&path)
                     .unwrap_or_else(|err| panic!("cannot write the devcluster kubeconfig: {err}"));
-                (Backend::Dev(cluster), path)
+                (Some(cluster), path)
             }
         };
         let client = client_from(&kubeconfig).await;
@@ -125,16 +125,11 @@ impl TestClusterBuilder {
             simulator,
             client,
             kubeconfig,
-            backend,
+            devcluster,
             etcd,
             _dir: dir,
         }
     }
-}
-
-enum Backend {
-    External,
-    Dev(DevCluster),
 }
 
 /// A cluster for one test. Dropping it stops what it started (simulator, devcluster, etcd), in
@@ -145,7 +140,8 @@ pub struct TestCluster {
     simulator: Option<NodeSimulator>,
     client: kube::Client,
     kubeconfig: PathBuf,
-    backend: Backend,
+    /// None when the tests run against an external cluster.
+    devcluster: Option<DevCluster>,
     etcd: EtcdServer,
     _dir: TempDir,
 }
@@ -163,7 +159,7 @@ impl TestCluster {
 
     /// Whether this is a devcluster started by the test (false for `FLOTILLA_TEST_KUBECONFIG`).
     pub fn is_devcluster(&self) -> bool {
-        matches!(self.backend, Backend::Dev(_))
+        self.devcluster.is_some()
     }
 
     /// A client for the cluster.
@@ -189,15 +185,12 @@ impl TestCluster {
     /// # Panics
     /// When the devcluster fails to compact.
     pub async fn compact_now(&self) -> Option<i64> {
-        match &self.backend {
-            Backend::Dev(cluster) => Some(
-                cluster
-                    .compact_now()
-                    .await
-                    .unwrap_or_else(|err| panic!("cannot compact devcluster: {err}")),
-            ),
-            Backend::External => None,
-        }
+        let cluster = self.devcluster.as_ref()?;
+        let revision = cluster
+            .compact_now()
+            .await
+            .unwrap_or_else(|err| panic!("cannot compact devcluster: {err}"));
+        Some(revision)
     }
 
     /// The names of the simulated nodes (empty without a simulator).
