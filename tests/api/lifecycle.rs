@@ -363,3 +363,87 @@ async fn binding_a_pod_sets_its_node_name_once() {
         "{status}"
     );
 }
+
+#[tokio::test]
+async fn every_status_and_scale_subresource_answers_get_and_update() {
+    // Discovery fixtures: */status on pods, services, PVCs, RCs, nodes, namespaces and the apps and
+    // batch workloads; */scale on deployments, replicasets, statefulsets and replicationcontrollers.
+    let (_cluster, client, ns) = setup("life-subres").await;
+    let core = |plural: &str| format!("/api/v1/namespaces/{ns}/{plural}");
+    let apps = |plural: &str| format!("/apis/apps/v1/namespaces/{ns}/{plural}");
+    let batch = |plural: &str| format!("/apis/batch/v1/namespaces/{ns}/{plural}");
+    let template = json!({"metadata": {"labels": {"app": "s"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    let job_template = json!({"spec": {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never"}});
+    let selector = json!({"matchLabels": {"app": "s"}});
+    let workload =
+        json!({"metadata": {"name": "s"}, "spec": {"selector": selector, "template": template}});
+    let cases: Vec<(String, Value, bool)> = vec![
+        (core("pods"), super::common::pod("s"), false),
+        (
+            core("services"),
+            json!({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}),
+            false,
+        ),
+        (
+            core("persistentvolumeclaims"),
+            json!({"metadata": {"name": "s"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+            false,
+        ),
+        (
+            core("replicationcontrollers"),
+            json!({"metadata": {"name": "s"}, "spec": {"selector": {"app": "s"}, "template": template}}),
+            true,
+        ),
+        (apps("deployments"), workload.clone(), true),
+        (apps("replicasets"), workload.clone(), true),
+        (apps("statefulsets"), workload.clone(), true),
+        (apps("daemonsets"), workload, false),
+        (
+            batch("jobs"),
+            json!({"metadata": {"name": "s"}, "spec": {"template": job_template}}),
+            false,
+        ),
+        (
+            batch("cronjobs"),
+            json!({"metadata": {"name": "s"}, "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": job_template}}}}),
+            false,
+        ),
+        (
+            "/api/v1/nodes".to_string(),
+            json!({"metadata": {"name": format!("subres-{ns}")}}),
+            false,
+        ),
+    ];
+    for (collection, body, scalable) in cases {
+        let created = create(&client, &collection, &body).await;
+        let name = created["metadata"]["name"].as_str().unwrap().to_string();
+        let item = format!("{collection}/{name}");
+        let status = get_ok(&client, &format!("{item}/status")).await;
+        assert_eq!(status["kind"], created["kind"], "{item}/status");
+        let updated = raw::put(&client, &format!("{item}/status"), &status).await;
+        assert_eq!(updated.status, 200, "PUT {item}/status: {}", updated.text);
+        if scalable {
+            let mut scale = get_ok(&client, &format!("{item}/scale")).await;
+            assert_eq!(scale["kind"], "Scale", "{item}/scale");
+            assert_eq!(scale["status"]["selector"], "app=s", "{item}/scale");
+            scale["spec"]["replicas"] = json!(2);
+            raw::put(&client, &format!("{item}/scale"), &scale)
+                .await
+                .expect_ok(200);
+            assert_eq!(
+                get_ok(&client, &item).await["spec"]["replicas"],
+                2,
+                "{item} after /scale"
+            );
+        } else {
+            let reply = raw::get(&client, &format!("{item}/scale")).await;
+            assert_eq!(
+                reply.status, 404,
+                "{item} has no scale subresource: {}",
+                reply.text
+            );
+        }
+    }
+    let ns_status = get_ok(&client, &format!("/api/v1/namespaces/{ns}/status")).await;
+    assert_eq!(ns_status["status"]["phase"], "Active");
+}
