@@ -42,9 +42,17 @@
 //!   controller, asynchronously); the DELETE answers with the CRD marked Terminating like upstream.
 //! * Service clusterIPs come from 10.0.0.0/24 (10.0.0.1 kept free), nodePorts from 30000-32767; each
 //!   allocation is an etcd key under `/registry/ranges/`.
+//! * OpenAPI: `/openapi/v3` lists minimal per-group/version documents (paths, GVK extensions and the
+//!   `fieldValidation` parameter, no schemas) so kubectl uses server-side field validation; `/openapi/v2`
+//!   is 404.
+//! * At start the system namespaces (default, kube-system, kube-public, kube-node-lease) are created if
+//!   missing; the `kubernetes` Service is not.
+//! * kubectl's typed generators (`kubectl create namespace`, `kubectl create deployment`, ...) send
+//!   protobuf bodies, which devcluster cannot decode (415); `kubectl apply/create -f` send JSON and work.
 //! * `POST /flotilla/v1/compact` is devcluster-only: it compacts etcd at the current revision and answers
 //!   `{"revision": N}`; other routes under `/flotilla/` come from [`DevClusterConfig::extension`].
 
+mod bootstrap;
 mod builtins;
 mod continue_token;
 mod crd;
@@ -54,6 +62,7 @@ mod http;
 mod managed_fields;
 mod meta;
 mod objects;
+mod openapi;
 mod patch;
 mod query;
 mod registry;

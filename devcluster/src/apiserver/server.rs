@@ -147,6 +147,9 @@ impl DevCluster {
             config.bookmark_interval,
             cancel.child_token(),
         )));
+        super::bootstrap::system_namespaces(&state)
+            .await
+            .map_err(|e| DevClusterError::Storage(StorageError::Corrupt(e.message)))?;
         super::crd::load_all(&state)
             .await
             .map_err(|e| DevClusterError::Storage(StorageError::Corrupt(e.message)))?;
