@@ -55,6 +55,9 @@ pub struct Args {
     /// Read-your-writes bound: dispatch a key again after this even if its writes were not observed.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub expectations_timeout: Duration,
+    /// A worker stream that sends no Hello within this is dropped.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub worker_hello_timeout: Duration,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -76,6 +79,7 @@ impl Args {
         config.hot_standby = self.hot_standby;
         config.worker_reconnect_grace = self.worker_reconnect_grace;
         config.expectations_timeout = self.expectations_timeout;
+        config.hello_timeout = self.worker_hello_timeout;
         config
     }
 }

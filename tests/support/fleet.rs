@@ -34,9 +34,13 @@ pub fn binary(name: &str) -> PathBuf {
 
 /// One child process; SIGKILLed on drop unless it already exited.
 pub struct Proc {
+    /// Its name in the test (also its log file's stem).
     pub name: String,
     child: tokio::process::Child,
+    /// Where its stdout and stderr go.
     pub log: PathBuf,
+    /// Where its `/metrics`, `/healthz` and `/readyz` are served.
+    pub metrics: std::net::SocketAddr,
 }
 
 impl Proc {
@@ -61,6 +65,12 @@ impl Proc {
         }
     }
 
+    /// The text of its `/metrics` (empty when it does not answer).
+    pub async fn metrics_text(&self) -> String {
+        let url = format!("http://{}/metrics", self.metrics);
+        tokio::task::spawn_blocking(move || http_get(&url)).await.unwrap_or_default()
+    }
+
     /// The process's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -75,8 +85,11 @@ impl Drop for Proc {
 
 /// A fleet under test: names, endpoints, and the processes started for it.
 pub struct Fleet {
+    /// The fleet name (unique per test).
     pub name: String,
+    /// etcd for the fleet's leases and shard map.
     pub etcd_endpoints: Vec<String>,
+    /// The cluster the fleet reconciles.
     pub kubeconfig: PathBuf,
     dir: Option<TempDir>,
 }
@@ -100,7 +113,7 @@ impl Fleet {
         Self { name, etcd_endpoints, kubeconfig: kubeconfig.to_path_buf(), dir: Some(dir) }
     }
 
-    fn spawn(&self, name: &str, program: &Path, args: &[String]) -> Proc {
+    fn spawn(&self, name: &str, program: &Path, args: &[String], metrics: std::net::SocketAddr) -> Proc {
         let log = self.dir().join(format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let err = file.try_clone().expect("log file");
@@ -113,7 +126,7 @@ impl Fleet {
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
-        Proc { name: name.to_owned(), child, log }
+        Proc { name: name.to_owned(), child, log, metrics }
     }
 
     /// Starts `flotilla coordinator` with test timing (lease 3 s).
@@ -125,8 +138,6 @@ impl Fleet {
             "--fleet",
             &self.name,
             "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
             "127.0.0.1:0",
             "--leader-elect-lease-duration",
             "3s",
@@ -144,8 +155,11 @@ impl Fleet {
         args.push(self.etcd_endpoints.join(","));
         args.push("--kubeconfig".into());
         args.push(self.kubeconfig.display().to_string());
+        let metrics = free_addr();
+        args.push("--metrics-listen".into());
+        args.push(metrics.to_string());
         args.extend(extra.iter().map(|s| s.to_string()));
-        self.spawn(id, &binary("flotilla"), &args)
+        self.spawn(id, &binary("flotilla"), &args, metrics)
     }
 
     /// Starts a worker binary (`fleet-probe`, `greeting-controller`, or `flotilla` with `worker` as the
@@ -158,8 +172,6 @@ impl Fleet {
                 id,
                 "--fleet",
                 &self.name,
-                "--metrics-listen",
-                "127.0.0.1:0",
                 "--lease-ttl",
                 "3s",
                 "--lease-renew-interval",
@@ -174,7 +186,10 @@ impl Fleet {
         args.push(self.etcd_endpoints.join(","));
         args.push("--kubeconfig".into());
         args.push(self.kubeconfig.display().to_string());
-        self.spawn(id, &binary(program), &args)
+        let metrics = free_addr();
+        args.push("--metrics-listen".into());
+        args.push(metrics.to_string());
+        self.spawn(id, &binary(program), &args, metrics)
     }
 
     /// The current leader, if any.
@@ -210,4 +225,34 @@ impl Fleet {
     pub fn dir(&self) -> &Path {
         self.dir.as_ref().map_or(Path::new("/tmp"), TempDir::path)
     }
+}
+
+/// A loopback address with a port that was free a moment ago.
+pub fn free_addr() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    listener.local_addr().expect("local addr")
+}
+
+/// A plain HTTP/1.0 GET on loopback; the body, or empty on any failure.
+fn http_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let Some(rest) = url.strip_prefix("http://") else { return String::new() };
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Ok(mut stream) = std::net::TcpStream::connect(host) else { return String::new() };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if write!(stream, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").is_err() {
+        return String::new();
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
+}
+
+/// The value of a metric series in Prometheus text (the first line starting with `series`).
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
 }

@@ -1,0 +1,78 @@
+//! Leader failover: a crashed leader is replaced within its lease plus 2 s; a leader stopped with SIGTERM
+//! resigns and hands over in under a second.
+
+use std::time::{Duration, Instant};
+
+use super::common::{JOURNAL_LABEL, create_configmaps, journal_worker, leader_id};
+use super::journal::{intervals, now_ns, read};
+use crate::support::cluster::TestCluster;
+use crate::support::fleet::{Fleet, LEASE};
+use crate::support::namespace::unique_namespace;
+use crate::support::wait::wait_for;
+
+/// Waits until the journal has a finished reconcile of `key`; returns its start (ns since the epoch).
+async fn reconciled(journal: &std::path::Path, key: &str, timeout: Duration) -> u64 {
+    wait_for(timeout, &format!("a reconcile of {key}"), || async {
+        intervals(&read(journal), &Default::default(), now_ns())
+            .into_iter()
+            .find(|i| i.key == key && !i.open)
+            .map(|i| i.start_ns)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_dispatches_within_the_lease_plus_two_seconds_of_a_leader_crash() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "failover").await;
+    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    let journal = fleet.dir().join("journal.jsonl");
+    create_configmaps(&client, &ns, "before", 20, JOURNAL_LABEL).await;
+    let mut c0 = fleet.coordinator("c0", &[]);
+    let mut c1 = fleet.coordinator("c1", &[]);
+    let _w = journal_worker(&fleet, "w0", &journal, 5, 10);
+    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
+    reconciled(&journal, &format!("{ns}/before-0"), Duration::from_secs(30)).await;
+
+    let leader = leader_id(&fleet).await;
+    let killed_at = now_ns();
+    if leader == "c0" { c0.kill9().await } else { c1.kill9().await }
+    create_configmaps(&client, &ns, "after", 1, JOURNAL_LABEL).await;
+    let start = reconciled(&journal, &format!("{ns}/after-0"), Duration::from_secs(30)).await;
+    let took = Duration::from_nanos(start.saturating_sub(killed_at));
+    assert!(took <= LEASE + Duration::from_secs(2), "the standby dispatched {took:?} after the leader died (lease {LEASE:?})");
+    assert_ne!(leader_id(&fleet).await, leader);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_stopped_with_sigterm_resigns_and_a_standby_leads_within_a_second() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "resign").await;
+    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    let journal = fleet.dir().join("journal.jsonl");
+    let mut c0 = fleet.coordinator("c0", &[]);
+    let mut c1 = fleet.coordinator("c1", &[]);
+    let _w = journal_worker(&fleet, "w0", &journal, 5, 10);
+    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
+    // Both coordinators must be campaigning before the handover can be timed.
+    wait_for(Duration::from_secs(30), "the standby to campaign", || async {
+        let text = if leader_id(&fleet).await == "c0" { c1.log_text() } else { c0.log_text() };
+        text.contains("coordinator started").then_some(())
+    })
+    .await;
+
+    let leader = leader_id(&fleet).await;
+    let stopped = Instant::now();
+    if leader == "c0" { c0.sigterm(Duration::from_secs(10)).await } else { c1.sigterm(Duration::from_secs(10)).await }
+    let new_leader = wait_for(Duration::from_secs(10), "a new leader", || async {
+        fleet.leader().await.map(|l| l.info.id).filter(|id| *id != leader)
+    })
+    .await;
+    let took = stopped.elapsed();
+    assert!(took < Duration::from_secs(1), "{new_leader} led {took:?} after SIGTERM of {leader}");
+
+    create_configmaps(&client, &ns, "after", 1, JOURNAL_LABEL).await;
+    reconciled(&journal, &format!("{ns}/after-0"), Duration::from_secs(15)).await;
+}
