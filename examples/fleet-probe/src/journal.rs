@@ -35,7 +35,7 @@ pub struct Entry<'a> {
     pub worker: &'a str,
     /// Wall-clock start, ns since the Unix epoch.
     pub start_ns: u64,
-    /// Wall-clock end, ns since the Unix epoch.
+    /// Wall-clock end, ns since the Unix epoch; 0 on the line written when the reconcile starts.
     pub end_ns: u64,
     /// resourceVersion of the object the reconcile got; empty when it was gone.
     pub rv: &'a str,
@@ -102,16 +102,19 @@ pub fn controller(journal: Arc<Journal>, pause: Duration) -> Controller<ConfigMa
                     Some(object) => object.resource_version().unwrap_or_default(),
                     None => String::new(),
                 };
+                // A start line first (end_ns 0), so a reconcile cut short by a kill still shows in
+                // the journal as an interval that runs until the worker died.
                 let start_ns = now_ns();
-                tokio::time::sleep(pause).await;
-                let end_ns = now_ns();
-                let entry = Entry {
+                let mut entry = Entry {
                     key: request.key(),
                     worker: ctx.worker_id(),
                     start_ns,
-                    end_ns,
+                    end_ns: 0,
                     rv: &rv,
                 };
+                journal.append(&entry)?;
+                tokio::time::sleep(pause).await;
+                entry.end_ns = now_ns();
                 journal.append(&entry)?;
                 Ok::<_, JournalError>(Action::await_change())
             }
