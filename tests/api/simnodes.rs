@@ -355,3 +355,31 @@ async fn hundreds_of_pods_all_become_running() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_deleted_simulated_node_registers_again() {
+    let sim = SimConfig {
+        status_interval: Duration::from_millis(200),
+        ..three_nodes()
+    };
+    let Some((_cluster, client, _ns)) = simulated("sim-reregister", sim).await else {
+        return;
+    };
+    let before = get_ok(&client, "/api/v1/nodes/sim-node-1").await;
+    raw::delete(&client, "/api/v1/nodes/sim-node-1", None)
+        .await
+        .expect_ok(200);
+    let again = wait_for(SOON, "sim-node-1 to register again", || async {
+        let reply = raw::get(&client, "/api/v1/nodes/sim-node-1").await;
+        (reply.status == 200).then(|| reply.json())
+    })
+    .await;
+    assert_ne!(again["metadata"]["uid"], before["metadata"]["uid"]);
+    wait_for(SOON, "the new sim-node-1 to be Ready", || async {
+        let node = get_ok(&client, "/api/v1/nodes/sim-node-1").await;
+        condition(&node, "Ready")
+            .is_some_and(|c| c["status"] == "True")
+            .then_some(())
+    })
+    .await;
+}

@@ -273,10 +273,15 @@ pub(crate) async fn report_status(
     node: &SimNode,
 ) -> Result<(), SimError> {
     let api: Api<Node> = Api::all(client.clone());
-    let current = api
-        .get_status(&node.name)
-        .await
-        .map_err(|e| api_error(format!("get node {}", node.name), e))?;
+    let current = match api.get_status(&node.name).await {
+        Ok(current) => current,
+        // Deleted behind our back: a kubelet registers its node again.
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            tracing::info!(node = %node.name, "simulated node was deleted; registering it again");
+            return register(client, config, node).await;
+        }
+        Err(e) => return Err(api_error(format!("get node {}", node.name), e)),
+    };
     let now = time_now();
     let since = current
         .status
