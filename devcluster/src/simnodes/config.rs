@@ -62,14 +62,14 @@ impl SimConfig {
     ///
     /// # Errors
     /// [`SimError::InvalidConfig`] for a zero interval, zero concurrency, an empty name prefix or more
-    /// nodes than the simulated address ranges hold (32 768).
+    /// nodes than the simulated address ranges hold (2048).
     pub fn validate(&self) -> Result<(), SimError> {
         let invalid = |why: &str| Err(SimError::InvalidConfig(why.to_string()));
         if self.name_prefix.is_empty() {
             return invalid("name_prefix must not be empty");
         }
-        if self.nodes > 32_768 {
-            return invalid("at most 32768 nodes can be simulated");
+        if self.nodes > super::nodes::MAX_NODES {
+            return invalid("at most 2048 nodes can be simulated");
         }
         if self.lease_renew_interval.is_zero() || self.status_interval.is_zero() {
             return invalid("heartbeat intervals must be greater than zero");

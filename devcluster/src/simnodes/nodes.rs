@@ -23,6 +23,12 @@ pub const SIMULATED_LABEL: &str = "flotilla.dev/simulated";
 
 const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
+/// Addresses per node pod range (a /20).
+const POD_RANGE_SIZE: u32 = 4096;
+
+/// How many nodes fit: 10.128.0.0/9 holds 2048 ranges of /20.
+pub(crate) const MAX_NODES: usize = 2048;
+
 /// Who writes: the field manager of every simulator write.
 pub(crate) const FIELD_MANAGER: &str = "flotilla-simnodes";
 
@@ -66,18 +72,19 @@ impl SimNode {
         Ipv4Addr::from(u32::from(Ipv4Addr::new(172, 16, 0, 2)) + self.index)
     }
 
-    /// The node's pod range: one /24 per node out of 10.128.0.0/9.
+    /// The node's pod range: one /20 per node out of 10.128.0.0/9, so a node holding a thousand
+    /// pods still gives each a distinct IP.
     pub(crate) fn pod_cidr(&self) -> String {
-        format!("{}/24", self.pod_base())
+        format!("{}/20", self.pod_base())
     }
 
     fn pod_base(&self) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 128, 0, 0)) + self.index * 256)
+        Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 128, 0, 0)) + self.index * POD_RANGE_SIZE)
     }
 
-    /// The next pod IP of this node's range, cycling through .1 to .254.
+    /// The next pod IP of this node's range, cycling through its 4094 host addresses.
     pub(crate) fn allocate_pod_ip(&self) -> Ipv4Addr {
-        let n = self.next_pod_ip.fetch_add(1, Ordering::Relaxed) % 254 + 1;
+        let n = self.next_pod_ip.fetch_add(1, Ordering::Relaxed) % (POD_RANGE_SIZE - 2) + 1;
         Ipv4Addr::from(u32::from(self.pod_base()) + n)
     }
 
@@ -326,19 +333,25 @@ mod tests {
         assert_eq!(a.name, "sim-node-0");
         assert_eq!(a.host_ip(), Ipv4Addr::new(172, 16, 0, 2));
         assert_eq!(b.host_ip(), Ipv4Addr::new(172, 16, 0, 3));
-        assert_eq!(a.pod_cidr(), "10.128.0.0/24");
-        assert_eq!(b.pod_cidr(), "10.128.1.0/24");
+        assert_eq!(a.pod_cidr(), "10.128.0.0/20");
+        assert_eq!(b.pod_cidr(), "10.128.16.0/20");
+        let last = SimNode::new("sim-node-", MAX_NODES as u32 - 1);
+        assert_eq!(last.pod_cidr(), "10.255.240.0/20");
     }
 
     #[test]
-    fn pod_ips_stay_inside_the_node_range() {
+    fn pod_ips_are_distinct_for_a_thousand_pods_and_stay_inside_the_node_range() {
         let node = SimNode::new("sim-node-", 2);
-        let first = node.allocate_pod_ip();
-        assert_eq!(first, Ipv4Addr::new(10, 128, 2, 1));
-        for _ in 0..600 {
-            let ip = node.allocate_pod_ip().octets();
-            assert_eq!(&ip[..3], &[10, 128, 2]);
-            assert!((1..=254).contains(&ip[3]));
+        assert_eq!(node.allocate_pod_ip(), Ipv4Addr::new(10, 128, 32, 1));
+        let range =
+            u32::from(Ipv4Addr::new(10, 128, 32, 0))..u32::from(Ipv4Addr::new(10, 128, 48, 0));
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..5000 {
+            let ip = u32::from(node.allocate_pod_ip());
+            assert!(range.contains(&ip) && ip != range.start && ip != range.end - 1);
+            if seen.len() < 4000 {
+                assert!(seen.insert(ip), "duplicate pod IP within the first 4000");
+            }
         }
     }
 
