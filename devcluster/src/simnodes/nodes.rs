@@ -370,7 +370,7 @@ mod tests {
         );
         assert_eq!(
             node.spec.and_then(|s| s.pod_cidr).as_deref(),
-            Some("10.128.4.0/24")
+            Some("10.128.64.0/20")
         );
     }
 }
