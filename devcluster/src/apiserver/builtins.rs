@@ -260,7 +260,6 @@ pub fn builtins() -> Vec<ResourceInfo> {
             r.validate = v::service;
             r.name_rule = NameRule::Label1035;
             r.allocates_service_ips = true;
-            r.deletecollection = false;
         }),
         // apps/v1
         spec!(
@@ -382,7 +381,10 @@ pub fn builtins() -> Vec<ResourceInfo> {
             false,
             "leases"
         )
-        .with(|r| r.name_rule = NameRule::PathSegment),
+        .with(|r| {
+            r.name_rule = NameRule::PathSegment;
+            r.defaulter = d::lease;
+        }),
         // discovery.k8s.io/v1
         spec!(
             "discovery.k8s.io",
@@ -427,6 +429,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
             r.defaulter = d::crd;
             r.prepare_create = d::crd_create;
             r.validate = v::crd;
+            r.categories = vec!["api-extensions".into()];
             r.generation = Generation::AllButMetadataAndStatus;
         }),
     ]

@@ -231,6 +231,13 @@ pub fn pvc_create(v: &mut Value) {
     m.insert("status".into(), json!({"phase": "Pending"}));
 }
 
+/// Lease defaults: the spec struct is always present.
+pub fn lease(v: &mut Value) {
+    if let Some(m) = obj(v) {
+        dflt(m, "spec", json!({}));
+    }
+}
+
 /// Secret defaults.
 pub fn secret(v: &mut Value) {
     if let Some(m) = obj(v) {

@@ -205,13 +205,13 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
             .registry
             .lookup("", "v1", "pods")
             .ok_or_else(ApiError::resource_not_found)?;
-        let t = Target {
+        let t = Target::new(
             info,
             namespace,
-            name: b["metadata"]["name"].as_str().map(String::from),
+            b["metadata"]["name"].as_str().map(String::from),
             query,
-            manager: "unknown".into(),
-        };
+            "unknown".into(),
+        );
         let v = objects::bind(st, &t, &bytes).await?;
         return Ok(json_response(StatusCode::CREATED, &v));
     }
@@ -236,21 +236,37 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
         .unwrap_or("")
         .trim()
         .to_string();
-    let t = Target {
-        info: info.clone(),
-        namespace,
-        name,
-        query,
-        manager,
-    };
-    let json_body = |ct: &str| ct.is_empty() || ct == "application/json" || ct == "*/*";
+    let t = Target::new(info.clone(), namespace, name, query, manager);
+    let result = resource_op(st, &t, sub, method, &content_type, render, body).await;
+    let warnings = t.warnings.lock().clone();
+    result.map(|mut r| {
+        for w in warnings {
+            if let Ok(v) = http::HeaderValue::from_str(&format!("299 - {}", serde_json::Value::String(w))) {
+                r.headers_mut().append(header::WARNING, v);
+            }
+        }
+        r
+    })
+}
 
+async fn resource_op(
+    st: &ApiState,
+    t: &Target,
+    sub: Option<String>,
+    method: Method,
+    content_type: &str,
+    render: Render,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let info = t.info.clone();
+    let json_body = |ct: &str| ct.is_empty() || ct == "application/json" || ct == "*/*";
+    let content_type = content_type.to_string();
     match (t.name.is_some(), sub.as_deref(), &method) {
         (false, None, &Method::GET) => {
             if t.query.flag("watch") {
                 return super::watch::watch(st, t, render).await;
             }
-            let list = objects::list(st, &t).await?;
+            let list = objects::list(st, t).await?;
             Ok(json_response(StatusCode::OK, &render.list(&info, list)))
         }
         (false, None, &Method::POST) => {
@@ -261,7 +277,7 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
             if t.namespace.is_none() && info.namespaced {
                 return Err(ApiError::method_not_allowed());
             }
-            let v = objects::create(st, &t, &bytes).await?;
+            let v = objects::create(st, t, &bytes).await?;
             Ok(json_response(
                 StatusCode::CREATED,
                 &render.object(&info, &v),
@@ -270,7 +286,7 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
         (false, None, &Method::DELETE) if info.deletecollection => {
             let bytes = read_body(body).await?;
             let opts = DeleteOptions::parse(&t.query, &bytes)?;
-            let v = objects::delete_collection(st, &t, &opts).await?;
+            let v = objects::delete_collection(st, t, &opts).await?;
             Ok(json_response(StatusCode::OK, &v))
         }
         (false, None, _) => Err(ApiError::method_not_allowed()),
@@ -278,7 +294,7 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
             if t.query.flag("watch") {
                 return super::watch::watch(st, t, render).await;
             }
-            let v = objects::get(st, &t).await?;
+            let v = objects::get(st, t).await?;
             Ok(json_response(StatusCode::OK, &render.object(&info, &v)))
         }
         (true, None | Some("status") | Some("finalize"), &Method::PUT) => {
@@ -292,7 +308,7 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
                 return Err(ApiError::unsupported_body());
             }
             let bytes = read_body(body).await?;
-            let v = objects::update(st, &t, part, &bytes).await?;
+            let v = objects::update(st, t, part, &bytes).await?;
             Ok(json_response(StatusCode::OK, &render.object(&info, &v)))
         }
         (true, None | Some("status"), &Method::PATCH) => {
@@ -303,7 +319,7 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
             };
             let kind = patch_kind(&content_type)?;
             let bytes = read_body(body).await?;
-            let (v, created) = objects::patch(st, &t, part, kind, &bytes).await?;
+            let (v, created) = objects::patch(st, t, part, kind, &bytes).await?;
             let code = if created {
                 StatusCode::CREATED
             } else {
@@ -314,7 +330,7 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
         (true, None, &Method::DELETE) => {
             let bytes = read_body(body).await?;
             let opts = DeleteOptions::parse(&t.query, &bytes)?;
-            let v = objects::delete(st, &t, &opts).await?;
+            let v = objects::delete(st, t, &opts).await?;
             let v = if v["kind"] == "Status" {
                 v
             } else {
@@ -324,11 +340,11 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
         }
         (true, None, _) => Err(ApiError::method_not_allowed()),
         (true, Some("status"), &Method::GET) if info.subresources.status => {
-            let v = objects::get(st, &t).await?;
+            let v = objects::get(st, t).await?;
             Ok(json_response(StatusCode::OK, &v))
         }
         (true, Some("scale"), m) if info.subresources.scale.is_some() => {
-            let current = objects::get(st, &t).await?;
+            let current = objects::get(st, t).await?;
             match *m {
                 Method::GET => Ok(json_response(
                     StatusCode::OK,
@@ -338,7 +354,7 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
                     let bytes = read_body(body).await?;
                     let want: Value = serde_json::from_slice(&bytes)
                         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                    let v = objects::update_scale(st, &t, |_| Ok(want.clone())).await?;
+                    let v = objects::update_scale(st, t, |_| Ok(want.clone())).await?;
                     Ok(json_response(StatusCode::OK, &v))
                 }
                 Method::PATCH => {
@@ -346,7 +362,7 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
                     let bytes = read_body(body).await?;
                     let p: Value = serde_json::from_slice(&bytes)
                         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-                    let v = objects::update_scale(st, &t, |mut scale| {
+                    let v = objects::update_scale(st, t, |mut scale| {
                         match kind {
                             PatchKind::Json => super::patch::json(&mut scale, &p)
                                 .map_err(|_| ApiError::bad_request("invalid JSON patch"))?,
@@ -365,7 +381,7 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
         }
         (true, Some("binding"), &Method::POST) if info.subresources.binding => {
             let bytes = read_body(body).await?;
-            let v = objects::bind(st, &t, &bytes).await?;
+            let v = objects::bind(st, t, &bytes).await?;
             Ok(json_response(StatusCode::CREATED, &v))
         }
         (true, Some(s), _) if known_sub(&info, s) => Err(ApiError::method_not_allowed()),

@@ -30,6 +30,15 @@ pub struct Target {
     pub query: Query,
     /// Field manager for writes.
     pub manager: String,
+    /// Warnings for the response (`Warning: 299 - "..."` headers).
+    pub warnings: parking_lot::Mutex<Vec<String>>,
+}
+
+impl Target {
+    /// A target with no warnings yet.
+    pub fn new(info: Arc<ResourceInfo>, namespace: Option<String>, name: Option<String>, query: Query, manager: String) -> Self {
+        Target { info, namespace, name, query, manager, warnings: parking_lot::Mutex::new(Vec::new()) }
+    }
 }
 
 /// Which part of an object a write may change.
@@ -64,7 +73,8 @@ fn internal_group(group: &str) -> &str {
 ///
 /// # Errors
 /// 400 BadRequest for unparsable JSON, a non-object, or the wrong kind/apiVersion.
-pub fn decode_body(info: &ResourceInfo, body: &[u8]) -> Result<Value, ApiError> {
+pub fn decode_body(t: &Target, body: &[u8]) -> Result<Value, ApiError> {
+    let info = &t.info;
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         let snippet: String = String::from_utf8_lossy(body).chars().take(30).collect();
         let why = if e.is_eof() { "unexpected end of JSON input".to_string() } else { e.to_string() };
@@ -99,6 +109,24 @@ pub fn decode_body(info: &ResourceInfo, body: &[u8]) -> Result<Value, ApiError> 
             "{} in version \"{}\" cannot be handled as a {}: {e}",
             info.kind, info.version, info.kind
         )));
+    }
+    let mut v = v;
+    let unknown = super::typed::drop_unknown(info, &mut v);
+    if !unknown.is_empty() {
+        let listed: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+        match t.query.get("fieldValidation") {
+            Some("Strict") => {
+                return Err(ApiError::bad_request(format!(
+                    "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+                    info.kind,
+                    info.version,
+                    info.kind,
+                    listed.join(", ")
+                )));
+            }
+            Some("Ignore") => {}
+            _ => t.warnings.lock().extend(listed),
+        }
     }
     Ok(v)
 }
@@ -197,8 +225,17 @@ pub fn selectors(t: &Target) -> Result<(LabelSelector, FieldSelector), ApiError>
 /// # Errors
 /// Upstream's create failures (400/403/404/409/422), 500 on etcd trouble.
 pub async fn create(st: &ApiState, t: &Target, body: &[u8]) -> Result<Value, ApiError> {
+    create_as(st, t, body, false).await
+}
+
+/// POST, or an apply patch that creates (`apply`: managedFields records operation Apply with exactly the
+/// applied fields).
+///
+/// # Errors
+/// See [`create`].
+pub async fn create_as(st: &ApiState, t: &Target, body: &[u8], apply: bool) -> Result<Value, ApiError> {
     let info = &t.info;
-    let mut obj = decode_body(info, body)?;
+    let mut obj = decode_body(t, body)?;
     let url_ns = t.namespace.clone().unwrap_or_default();
     if info.namespaced {
         let body_ns = meta::namespace(&obj).to_string();
@@ -222,7 +259,7 @@ pub async fn create(st: &ApiState, t: &Target, body: &[u8]) -> Result<Value, Api
         if explicit_name.is_empty() && !generate.is_empty() {
             meta::set(&mut o, "name", json!(meta::generated_name(&generate)));
         }
-        match create_one(st, t, o).await {
+        match create_one(st, t, o, apply).await {
             Err(e)
                 if e.code == 409
                     && explicit_name.is_empty()
@@ -237,14 +274,15 @@ pub async fn create(st: &ApiState, t: &Target, body: &[u8]) -> Result<Value, Api
     Err(ApiError::internal("could not generate a unique name"))
 }
 
-async fn create_one(st: &ApiState, t: &Target, mut obj: Value) -> Result<Value, ApiError> {
+async fn create_one(st: &ApiState, t: &Target, mut obj: Value, apply: bool) -> Result<Value, ApiError> {
     let info = &t.info;
     let name = meta::name(&obj).to_string();
+    let applied = apply.then(|| managed_fields::fieldset(&obj, !info.subresources.status, false)).flatten();
     (info.defaulter)(&mut obj);
     if let Some(schema) = &info.schema {
         crd::prune(schema, &mut obj, "", &mut Vec::new());
     }
-    let set = managed_fields::fieldset(&obj, !info.subresources.status, false);
+    let set = if apply { applied } else { managed_fields::fieldset(&obj, !info.subresources.status, false) };
     for k in [
         "uid",
         "resourceVersion",
@@ -276,7 +314,7 @@ async fn create_one(st: &ApiState, t: &Target, mut obj: Value) -> Result<Value, 
     managed_fields::record(
         &mut obj,
         &t.manager,
-        "Update",
+        if apply { "Apply" } else { "Update" },
         &info.api_version(),
         set,
         None,
@@ -368,7 +406,7 @@ fn parse_limit(q: &Query) -> Result<Option<i64>, ApiError> {
 pub fn parse_rv(s: &str) -> Result<i64, ApiError> {
     s.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
         ApiError::bad_request(format!(
-            "invalid resource version: strconv.ParseUint: parsing \"{s}\": invalid syntax"
+            "resourceVersion: Invalid value: \"{s}\": strconv.ParseUint: parsing \"{s}\": invalid syntax"
         ))
     })
 }
@@ -502,6 +540,7 @@ pub async fn guaranteed_update<F>(
     t: &Target,
     part: Part,
     operation: &str,
+    fields: Option<&Value>,
     mut mutate: F,
 ) -> Result<Value, ApiError>
 where
@@ -580,7 +619,14 @@ where
             Part::Finalize => {
                 let fins = new["spec"]["finalizers"].clone();
                 new = current.clone();
-                new["spec"]["finalizers"] = if fins.is_null() { json!([]) } else { fins };
+                match fins.as_array() {
+                    Some(list) if !list.is_empty() => new["spec"]["finalizers"] = fins.clone(),
+                    _ => {
+                        if let Some(spec) = new["spec"].as_object_mut() {
+                            spec.remove("finalizers");
+                        }
+                    }
+                }
             }
         }
         for k in [
@@ -637,7 +683,7 @@ where
             Part::Finalize => Some("finalize"),
         };
         let set = managed_fields::fieldset(
-            &body_for_fields,
+            fields.unwrap_or(&body_for_fields),
             !info.subresources.status,
             part == Part::Status,
         );
@@ -708,8 +754,8 @@ async fn after_removal(st: &ApiState, info: &ResourceInfo, obj: &Value) {
 /// # Errors
 /// See [`guaranteed_update`].
 pub async fn update(st: &ApiState, t: &Target, part: Part, body: &[u8]) -> Result<Value, ApiError> {
-    let obj = decode_body(&t.info, body)?;
-    guaranteed_update(st, t, part, "Update", |_| Ok(obj.clone())).await
+    let obj = decode_body(t, body)?;
+    guaranteed_update(st, t, part, "Update", None, |_| Ok(obj.clone())).await
 }
 
 /// The PATCH flavours.
@@ -763,7 +809,7 @@ pub async fn patch(
                 meta::set(&mut body, "name", json!(t.name.clone().unwrap_or_default()));
             }
             let bytes = serde_json::to_vec(&body).unwrap_or_default();
-            let created = create(st, t, &bytes).await?;
+            let created = create_as(st, t, &bytes, true).await?;
             return Ok((created, true));
         }
     }
@@ -783,7 +829,7 @@ pub async fn patch(
         "Update"
     };
     let custom = info.custom;
-    let updated = guaranteed_update(st, t, part, operation, |cur| {
+    let updated = guaranteed_update(st, t, part, operation, p.is_object().then_some(&p), |cur| {
         // The patch applies to the current object; a resourceVersion only counts as a precondition when the
         // patch itself sets one.
         let mut doc = cur.clone();
@@ -1109,13 +1155,13 @@ pub async fn delete_collection(
         .into_iter()
         .filter(|s| labels.matches(&s.value) && fields.matches(&s.value))
     {
-        let one = Target {
-            info: info.clone(),
-            namespace: Some(meta::namespace(&s.value).to_string()).filter(|n| !n.is_empty()),
-            name: Some(meta::name(&s.value).to_string()),
-            query: t.query.clone(),
-            manager: t.manager.clone(),
-        };
+        let one = Target::new(
+            info.clone(),
+            Some(meta::namespace(&s.value).to_string()).filter(|n| !n.is_empty()),
+            Some(meta::name(&s.value).to_string()),
+            t.query.clone(),
+            t.manager.clone(),
+        );
         match delete(st, &one, opts).await {
             Ok(_) => items.push(strip_for_list(info, s.value)),
             Err(e) if e.code == 404 => {}
@@ -1172,7 +1218,7 @@ where
     let Some(paths) = info.subresources.scale.clone() else {
         return Err(ApiError::resource_not_found());
     };
-    let obj = guaranteed_update(st, t, Part::Main, "Update", |cur| {
+    let obj = guaranteed_update(st, t, Part::Main, "Update", None, |cur| {
         let want = scale_of(to_scale(&info, cur))?;
         let replicas = want["spec"]["replicas"].as_i64().unwrap_or(0);
         let rv = want["metadata"]["resourceVersion"]
@@ -1219,7 +1265,7 @@ pub async fn bind(st: &ApiState, t: &Target, body: &[u8]) -> Result<Value, ApiEr
         ));
     }
     let name = t.name.clone().unwrap_or_default();
-    guaranteed_update(st, t, Part::Main, "Update", |cur| {
+    guaranteed_update(st, t, Part::Main, "Update", None, |cur| {
         if cur["spec"]["nodeName"]
             .as_str()
             .is_some_and(|n| !n.is_empty())

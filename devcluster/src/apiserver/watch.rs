@@ -26,8 +26,8 @@ fn line(kind: &str, object: &Value) -> Bytes {
 ///
 /// # Errors
 /// 400 for bad parameters, 422 for sendInitialEvents without resourceVersionMatch=NotOlderThan.
-pub async fn watch(st: &ApiState, t: Target, render: Render) -> Result<Response, ApiError> {
-    let (labels, fields) = selectors(&t)?;
+pub async fn watch(st: &ApiState, t: &Target, render: Render) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(t)?;
     let q = &t.query;
     let send_initial = q.get("sendInitialEvents").map(|v| v == "true");
     let bookmarks = q.flag("allowWatchBookmarks");
