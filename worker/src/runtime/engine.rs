@@ -15,23 +15,19 @@ use std::time::Duration;
 use flotilla_common::{Election, FleetKeys, Health, Leadership, Session};
 use flotilla_proto as proto;
 use futures::{Stream, StreamExt};
-use kube::runtime::events::Recorder;
-use parking_lot::RwLock;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::config::WorkerConfig;
 use super::connection::Connection;
-use super::kube_stack::KubeStack;
 use super::ledger::{Admission, Assigned, Ledger};
-use super::metrics::Metrics;
+use super::metrics::{ControllerMetrics, Metrics};
 use super::outbox::{FLUSH_INTERVAL, Outbox};
 use super::recording::Write;
-use crate::sdk::{CacheClient, Context, ContextParts, DynController, Outcome, WorkItem};
+use crate::sdk::{CacheSlot, Context, ControllerEnv, DynController, Outcome, WorkItem};
 
 /// How long opening a stream to the leader may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,13 +43,18 @@ pub(crate) struct Shared {
     pub(crate) config: WorkerConfig,
     pub(crate) worker_id: Arc<str>,
     pub(crate) keys: FleetKeys,
-    pub(crate) controllers: HashMap<String, DynController>,
-    pub(crate) recorders: HashMap<String, Recorder>,
-    pub(crate) kube: KubeStack,
+    pub(crate) controllers: HashMap<String, ControllerSlot>,
     pub(crate) metrics: Metrics,
     pub(crate) health: Health,
     /// The channel to the welcomed leader, for the reconciles' cache clients.
-    pub(crate) cache_channel: RwLock<Option<Channel>>,
+    pub(crate) cache_channel: CacheSlot,
+}
+
+/// One controller as the worker runs it.
+pub(crate) struct ControllerSlot {
+    pub(crate) controller: DynController,
+    pub(crate) env: Arc<ControllerEnv>,
+    pub(crate) metrics: ControllerMetrics,
 }
 
 /// How the worker is asked to stop.
@@ -89,7 +90,7 @@ pub(crate) async fn run(shared: Arc<Shared>, etcd: etcd_client::Client, stops: S
     let concurrency = shared
         .controllers
         .iter()
-        .map(|(name, c)| (name.clone(), c.concurrency_limit()))
+        .map(|(name, c)| (name.clone(), c.controller.concurrency_limit()))
         .collect();
     let mut ledger = Ledger::new(concurrency);
     let mut leader: Option<Leadership> = None;
@@ -163,7 +164,7 @@ async fn register(shared: &Shared, session: &Session) -> anyhow::Result<()> {
     let capacity = shared
         .controllers
         .values()
-        .map(DynController::concurrency_limit)
+        .map(|c| c.controller.concurrency_limit())
         .sum();
     let value = serde_json::to_vec(&Registration {
         id: &shared.worker_id,
@@ -329,8 +330,8 @@ impl<'a> SessionRun<'a> {
                 .controllers
                 .values()
                 .map(|c| proto::ControllerCapacity {
-                    spec: Some(c.spec()),
-                    concurrency: c.concurrency_limit(),
+                    spec: Some(c.controller.spec()),
+                    concurrency: c.controller.concurrency_limit(),
                 })
                 .collect(),
             known_term: self.ledger.known_term(),
@@ -567,11 +568,7 @@ impl<'a> SessionRun<'a> {
     }
 
     fn spawn(&self, item: Assigned) {
-        let shared = self.shared;
-        let Some(controller) = shared.controllers.get(&item.controller).cloned() else {
-            return;
-        };
-        let Some(recorder) = shared.recorders.get(&item.controller).cloned() else {
+        let Some(slot) = self.shared.controllers.get(&item.controller) else {
             return;
         };
         let span = info_span!(
@@ -580,41 +577,39 @@ impl<'a> SessionRun<'a> {
             key = %item.key,
             shard = item.shard,
             term = item.term,
-            worker = %shared.worker_id,
+            worker = %self.shared.worker_id,
             attempt = item.attempt,
             traceparent = %item.traceparent,
         );
         let cancel = self.reconciles.child_token();
-        let ctx = Context::new(ContextParts {
-            worker_id: shared.worker_id.clone(),
-            controller: Arc::from(item.controller.as_str()),
-            kube: shared.kube.clone(),
-            cache: CacheClient::new(shared.cache_channel.read().clone()),
-            prefetched: item.prefetched,
-            recorder,
-            span: span.clone(),
-            cancel: cancel.clone(),
-        });
+        let ctx = Context::new(
+            slot.env.clone(),
+            item.prefetched,
+            span.clone(),
+            cancel.clone(),
+        );
         let work = WorkItem {
             key: item.key.clone(),
             object: item.object,
             attempt: item.attempt,
         };
-        let metrics = shared.metrics.clone();
+        let run = slot.controller.run(work, ctx.clone());
+        let metrics = slot.metrics.clone();
         let finished_tx = self.finished_tx.clone();
-        let (name, key, term, item_id) = (item.controller, item.key, item.term, item.item_id);
-        let task_span = span.clone();
+        let (controller, key, term, item_id) = (item.controller, item.key, item.term, item.item_id);
         tokio::spawn(
             async move {
-                metrics.started(&name);
+                metrics.started();
                 let started = Instant::now();
                 let outcome = tokio::select! {
                     biased;
                     () = cancel.cancelled() => None,
-                    outcome = controller.run(work, ctx.clone()) => Some(outcome),
+                    outcome = run => Some(outcome),
                 };
-                let seconds = started.elapsed().as_secs_f64();
-                metrics.finished(&name, outcome.as_ref().map(Outcome::label), seconds);
+                metrics.finished(
+                    outcome.as_ref().map(Outcome::label),
+                    started.elapsed().as_secs_f64(),
+                );
                 let Some(outcome) = outcome else {
                     debug!("reconcile cancelled");
                     return;
@@ -625,7 +620,7 @@ impl<'a> SessionRun<'a> {
                 let writes = ctx.take_writes();
                 // A closed channel means the session ended; the item is no longer held by anyone here.
                 let _ = finished_tx.send(Finished {
-                    controller: name,
+                    controller,
                     key,
                     term,
                     item_id,
@@ -633,7 +628,7 @@ impl<'a> SessionRun<'a> {
                     writes,
                 });
             }
-            .instrument(task_span),
+            .instrument(span),
         );
     }
 }

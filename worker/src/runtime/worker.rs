@@ -8,18 +8,18 @@ use std::sync::Arc;
 
 use flotilla_common::{FleetKeys, Health, OpsServer, OpsServerError, connect_etcd};
 use kube::runtime::events::{Recorder, Reporter};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
 use super::config::{ConfigError, WorkerConfig};
-use super::engine::{self, Shared, Stops};
+use super::engine::{self, ControllerSlot, Shared, Stops};
 use super::kube_stack::{KubeStack, KubeStackError};
 use super::metrics::Metrics;
 use super::rate_limit::TokenBucket;
 use super::recording::KindTable;
-use crate::sdk::DynController;
+use crate::sdk::{CacheSlot, ControllerEnv, DynController};
 
 /// Errors of starting a worker.
 #[derive(Debug, thiserror::Error)]
@@ -76,21 +76,32 @@ impl Worker {
         );
         let kube = KubeStack::new(&config.kube, bucket, kinds)?;
         let worker_id: Arc<str> = Arc::from(config.worker_id.as_str());
-        let recorders = controllers
-            .iter()
-            .map(|c| {
-                let reporter = Reporter {
-                    controller: c.name().to_owned(),
-                    instance: Some(worker_id.to_string()),
-                };
-                (
-                    c.name().to_owned(),
-                    Recorder::new(kube.plain_client(), reporter),
-                )
-            })
-            .collect();
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
+        let cache_channel = CacheSlot::default();
+        let controllers = controllers
+            .into_iter()
+            .map(|controller| {
+                let name = controller.name().to_owned();
+                let reporter = Reporter {
+                    controller: name.clone(),
+                    instance: Some(worker_id.to_string()),
+                };
+                let env = Arc::new(ControllerEnv {
+                    worker_id: worker_id.clone(),
+                    controller: Arc::from(name.as_str()),
+                    kube: kube.clone(),
+                    recorder: Recorder::new(kube.plain_client(), reporter),
+                    cache: cache_channel.clone(),
+                });
+                let slot = ControllerSlot {
+                    metrics: metrics.controller(&name),
+                    controller,
+                    env,
+                };
+                (name, slot)
+            })
+            .collect::<HashMap<_, _>>();
         let health = Health::new();
         let ops_stop = CancellationToken::new();
         let metrics_addr = match config.metrics_listen {
@@ -107,15 +118,10 @@ impl Worker {
         let shared = Arc::new(Shared {
             keys: FleetKeys::new(&config.fleet),
             worker_id: worker_id.clone(),
-            controllers: controllers
-                .into_iter()
-                .map(|c| (c.name().to_owned(), c))
-                .collect::<HashMap<_, _>>(),
-            recorders,
-            kube,
+            controllers,
             metrics,
             health: health.clone(),
-            cache_channel: RwLock::new(None),
+            cache_channel,
             config,
         });
         let stops = Stops {

@@ -7,8 +7,10 @@ use bytes::Bytes;
 use flotilla_common::ResourceKind;
 use kube::Resource;
 use kube::runtime::events::Recorder;
+use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
 
 use super::cache::CacheClient;
 use super::kind::{KindScope, kind_of, same_resource};
@@ -35,55 +37,44 @@ pub struct Context {
 }
 
 struct Inner {
-    worker_id: Arc<str>,
-    controller: Arc<str>,
-    kube: KubeStack,
+    env: Arc<ControllerEnv>,
     client: OnceLock<kube::Client>,
     journal: WriteJournal,
-    cache: CacheClient,
     prefetched: Vec<(ResourceKind, Bytes)>,
-    recorder: Recorder,
     span: tracing::Span,
     cancel: CancellationToken,
 }
 
-/// The parts the runtime hands to a reconcile's [`Context`].
-pub(crate) struct ContextParts {
+/// The channel to the welcomed leader, shared by the runtime (which sets it) and every context.
+pub(crate) type CacheSlot = Arc<RwLock<Option<Channel>>>;
+
+/// What every reconcile of one controller on this worker shares; built once, so that starting an item
+/// costs one allocation.
+pub(crate) struct ControllerEnv {
     pub(crate) worker_id: Arc<str>,
     pub(crate) controller: Arc<str>,
     pub(crate) kube: KubeStack,
-    pub(crate) cache: CacheClient,
-    pub(crate) prefetched: Vec<(ResourceKind, Bytes)>,
     pub(crate) recorder: Recorder,
-    pub(crate) span: tracing::Span,
-    pub(crate) cancel: CancellationToken,
+    pub(crate) cache: CacheSlot,
 }
 
 impl Context {
-    pub(crate) fn new(parts: ContextParts) -> Self {
-        let ContextParts {
-            worker_id,
-            controller,
-            kube,
-            cache,
+    pub(crate) fn new(
+        env: Arc<ControllerEnv>,
+        prefetched: Vec<(ResourceKind, Bytes)>,
+        span: tracing::Span,
+        cancel: CancellationToken,
+    ) -> Self {
+        let inner = Inner {
+            env,
+            client: OnceLock::new(),
+            journal: WriteJournal::default(),
             prefetched,
-            recorder,
             span,
             cancel,
-        } = parts;
+        };
         Self {
-            inner: Arc::new(Inner {
-                worker_id,
-                controller,
-                kube,
-                client: OnceLock::new(),
-                journal: WriteJournal::default(),
-                cache,
-                prefetched,
-                recorder,
-                span,
-                cancel,
-            }),
+            inner: Arc::new(inner),
         }
     }
 
@@ -93,13 +84,19 @@ impl Context {
     pub fn client(&self) -> kube::Client {
         self.inner
             .client
-            .get_or_init(|| self.inner.kube.recording_client(self.inner.journal.clone()))
+            .get_or_init(|| {
+                self.inner
+                    .env
+                    .kube
+                    .recording_client(self.inner.journal.clone())
+            })
             .clone()
     }
 
-    /// The leading coordinator's cache (the lister).
-    pub fn cache(&self) -> &CacheClient {
-        &self.inner.cache
+    /// The cache (the lister) of the leader this worker is connected to now; its reads fail with
+    /// [`crate::CacheError::NotConnected`] between leaders.
+    pub fn cache(&self) -> CacheClient {
+        CacheClient::new(self.inner.env.cache.read().clone())
     }
 
     /// The related objects of kind `T` the coordinator shipped with this item (see
@@ -129,7 +126,7 @@ impl Context {
     /// An event recorder reporting as this controller on this worker. Events are not reported as
     /// writes: no key waits for them.
     pub fn recorder(&self) -> &Recorder {
-        &self.inner.recorder
+        &self.inner.env.recorder
     }
 
     /// The reconcile's span (fields `controller`, `key`, `shard`, `term`, `worker`, `attempt`).
@@ -139,12 +136,12 @@ impl Context {
 
     /// This worker's id.
     pub fn worker_id(&self) -> &str {
-        &self.inner.worker_id
+        &self.inner.env.worker_id
     }
 
     /// The controller's name.
     pub fn controller(&self) -> &str {
-        &self.inner.controller
+        &self.inner.env.controller
     }
 
     /// Cancelled when the reconcile must stop at once: the worker lost its lease (its items may be

@@ -12,7 +12,7 @@ mod request;
 pub use action::Action;
 pub(crate) use action::Outcome;
 pub use cache::{CacheClient, CacheError, CacheQuery};
-pub(crate) use context::ContextParts;
+pub(crate) use context::{CacheSlot, ControllerEnv};
 pub use context::{Context, ContextError};
 pub(crate) use controller::WorkItem;
 pub use controller::{Controller, DEFAULT_CONCURRENCY, DynController, ReconcileError};
