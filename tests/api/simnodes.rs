@@ -332,7 +332,8 @@ async fn nodes_can_be_stopped_and_started_over_http() {
         .expect_status(404, "NotFound");
 }
 
-#[tokio::test]
+// Server, simulator and test share the runtime: give them two threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_pods_all_become_running() {
     let Some((_cluster, client, ns)) = simulated("sim-many", three_nodes()).await else {
         return;
