@@ -1,5 +1,6 @@
 //! The worker against a scripted coordinator on a real etcd: Hello, credits, Done batches, term
-//! refusal, per-key serialization, bad objects, self-fencing on a lost lease and graceful shutdown.
+//! refusal, per-key serialization, bad objects, writes reported in Done, self-fencing on a lost lease
+//! and graceful shutdown.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flotilla_common::{Election, FleetKeys, LeaderInfo, Session, SessionConfig, connect_etcd};
-use flotilla_devcluster::EtcdServer;
+use flotilla_devcluster::{DevCluster, DevClusterConfig, EtcdServer};
 use flotilla_proto as proto;
 use flotilla_worker::{Action, Context, Controller, DynController, Request, Worker, WorkerConfig};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -436,4 +437,99 @@ async fn a_graceful_shutdown_finishes_running_items_reports_them_and_revokes_the
         registered.kvs().is_empty(),
         "the registration must go with the revoked lease"
     );
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("kubernetes call failed")]
+struct WriteError(#[from] kube::Error);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_objects_a_reconcile_writes_through_its_client_are_reported_in_done() {
+    let mut fleet = fleet("writes").await;
+    let cluster = DevCluster::start(DevClusterConfig {
+        etcd_endpoints: fleet.endpoints.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut config = config(&fleet, "writes");
+    config.kube = kube::Config::from_custom_kubeconfig(cluster.kubeconfig(), &Default::default())
+        .await
+        .unwrap();
+    let writer = Controller::<ConfigMap>::new("writer").reconcile(
+        |request: Request<ConfigMap>, ctx: Context| async move {
+            use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+            let api: Api<ConfigMap> = Api::namespaced(ctx.client(), "default");
+            let mut made = ConfigMap::default();
+            made.metadata.name = Some(format!("{}-made", request.name()));
+            api.create(&PostParams::default(), &made).await?;
+            let patch = serde_json::json!({ "data": { "k": "v" } });
+            api.patch(
+                &format!("{}-made", request.name()),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+            api.get(&format!("{}-made", request.name())).await?;
+            api.delete(
+                &format!("{}-made", request.name()),
+                &DeleteParams::default(),
+            )
+            .await?;
+            Ok::<_, WriteError>(Action::await_change())
+        },
+    );
+    let worker = Worker::start(config, vec![writer.into()]).await.unwrap();
+    let (mut stream, out) = next_stream(&mut fleet).await;
+    hello(&mut stream).await;
+    welcome(&out, fleet.term).await;
+    let term = fleet.term;
+    assign(
+        &out,
+        vec![proto::Assign {
+            item_id: 1,
+            term,
+            controller: "writer".into(),
+            key: "default/x".into(),
+            ..Default::default()
+        }],
+    )
+    .await;
+    let (dones, _) = dones(&mut stream, 1, 0).await;
+    let done = &dones[&1];
+    assert_eq!(done.outcome(), proto::Outcome::Success, "{}", done.error);
+    let writes: Vec<_> = done
+        .writes
+        .iter()
+        .map(|w| (w.op(), w.key.as_str(), w.kind.clone().unwrap().kind))
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            (
+                proto::WriteOp::Create,
+                "default/x-made",
+                "ConfigMap".to_owned()
+            ),
+            (
+                proto::WriteOp::Update,
+                "default/x-made",
+                "ConfigMap".to_owned()
+            ),
+            (
+                proto::WriteOp::Delete,
+                "default/x-made",
+                "ConfigMap".to_owned()
+            ),
+        ],
+        "reads must not be reported"
+    );
+    let create_rv: u64 = done.writes[0].resource_version.parse().unwrap();
+    let update_rv: u64 = done.writes[1].resource_version.parse().unwrap();
+    assert!(
+        update_rv > create_rv,
+        "each write reports the resourceVersion the server returned"
+    );
+    worker.shutdown().await;
+    cluster.shutdown().await;
 }
