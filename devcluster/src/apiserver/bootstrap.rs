@@ -12,9 +12,17 @@ use super::status::ApiError;
 /// # Errors
 /// etcd failures.
 pub async fn system_namespaces(st: &ApiState) -> Result<(), ApiError> {
-    let Some(info) = st.registry.lookup("", "v1", "namespaces") else { return Ok(()) };
+    let Some(info) = st.registry.lookup("", "v1", "namespaces") else {
+        return Ok(());
+    };
     for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-        let t = Target::new(info.clone(), None, None, Query::default(), "kube-apiserver".into());
+        let t = Target::new(
+            info.clone(),
+            None,
+            None,
+            Query::default(),
+            "kube-apiserver".into(),
+        );
         let body = serde_json::to_vec(&json!({"metadata": {"name": name}})).unwrap_or_default();
         match objects::create(st, &t, &body).await {
             Ok(_) => {}

@@ -121,7 +121,7 @@ pub fn serve(registry: &Registry, crd: &Value) {
 pub async fn load_all(st: &ApiState) -> Result<(), ApiError> {
     let page = st
         .storage
-        .list(CRD_PREFIX, None, None, None)
+        .list(CRD_PREFIX, None, None)
         .await
         .map_err(internal)?;
     for s in page.items {

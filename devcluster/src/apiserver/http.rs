@@ -126,8 +126,16 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
             return get_only(discovery::apis(&st.registry));
         }
         ["openapi", "v3"] => return get_only(super::openapi::root(&st.registry)),
-        ["openapi", "v3", "api", "v1"] => return super::openapi::group_version(&st.registry, "", "v1").ok_or_else(ApiError::page_not_found).and_then(get_only),
-        ["openapi", "v3", "apis", g, v] => return super::openapi::group_version(&st.registry, g, v).ok_or_else(ApiError::page_not_found).and_then(get_only),
+        ["openapi", "v3", "api", "v1"] => {
+            return super::openapi::group_version(&st.registry, "", "v1")
+                .ok_or_else(ApiError::page_not_found)
+                .and_then(get_only);
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            return super::openapi::group_version(&st.registry, g, v)
+                .ok_or_else(ApiError::page_not_found)
+                .and_then(get_only);
+        }
         ["api", "v1"] => return get_only(discovery::resource_list(&st.registry, "", "v1")),
         ["api", v, ..] if *v != "v1" => return Err(ApiError::page_not_found()),
         ["apis", g] => {
@@ -241,7 +249,9 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
     let warnings = t.warnings.lock().clone();
     result.map(|mut r| {
         for w in warnings {
-            if let Ok(v) = http::HeaderValue::from_str(&format!("299 - {}", serde_json::Value::String(w))) {
+            if let Ok(v) =
+                http::HeaderValue::from_str(&format!("299 - {}", serde_json::Value::String(w)))
+            {
                 r.headers_mut().append(header::WARNING, v);
             }
         }

@@ -36,8 +36,21 @@ pub struct Target {
 
 impl Target {
     /// A target with no warnings yet.
-    pub fn new(info: Arc<ResourceInfo>, namespace: Option<String>, name: Option<String>, query: Query, manager: String) -> Self {
-        Target { info, namespace, name, query, manager, warnings: parking_lot::Mutex::new(Vec::new()) }
+    pub fn new(
+        info: Arc<ResourceInfo>,
+        namespace: Option<String>,
+        name: Option<String>,
+        query: Query,
+        manager: String,
+    ) -> Self {
+        Target {
+            info,
+            namespace,
+            name,
+            query,
+            manager,
+            warnings: parking_lot::Mutex::new(Vec::new()),
+        }
     }
 }
 
@@ -113,7 +126,10 @@ pub fn decode_body(t: &Target, body: &[u8]) -> Result<Value, ApiError> {
     let mut v = v;
     let unknown = super::typed::drop_unknown(info, &mut v);
     if !unknown.is_empty() {
-        let listed: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+        let listed: Vec<String> = unknown
+            .iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect();
         match t.query.get("fieldValidation") {
             Some("Strict") => {
                 return Err(ApiError::bad_request(format!(
@@ -233,7 +249,12 @@ pub async fn create(st: &ApiState, t: &Target, body: &[u8]) -> Result<Value, Api
 ///
 /// # Errors
 /// See [`create`].
-pub async fn create_as(st: &ApiState, t: &Target, body: &[u8], apply: bool) -> Result<Value, ApiError> {
+pub async fn create_as(
+    st: &ApiState,
+    t: &Target,
+    body: &[u8],
+    apply: bool,
+) -> Result<Value, ApiError> {
     let info = &t.info;
     let mut obj = decode_body(t, body)?;
     let url_ns = t.namespace.clone().unwrap_or_default();
@@ -274,15 +295,26 @@ pub async fn create_as(st: &ApiState, t: &Target, body: &[u8], apply: bool) -> R
     Err(ApiError::internal("could not generate a unique name"))
 }
 
-async fn create_one(st: &ApiState, t: &Target, mut obj: Value, apply: bool) -> Result<Value, ApiError> {
+async fn create_one(
+    st: &ApiState,
+    t: &Target,
+    mut obj: Value,
+    apply: bool,
+) -> Result<Value, ApiError> {
     let info = &t.info;
     let name = meta::name(&obj).to_string();
-    let applied = apply.then(|| managed_fields::fieldset(&obj, !info.subresources.status, false)).flatten();
+    let applied = apply
+        .then(|| managed_fields::fieldset(&obj, !info.subresources.status, false))
+        .flatten();
     (info.defaulter)(&mut obj);
     if let Some(schema) = &info.schema {
         crd::prune(schema, &mut obj, "", &mut Vec::new());
     }
-    let set = if apply { applied } else { managed_fields::fieldset(&obj, !info.subresources.status, false) };
+    let set = if apply {
+        applied
+    } else {
+        managed_fields::fieldset(&obj, !info.subresources.status, false)
+    };
     for k in [
         "uid",
         "resourceVersion",
@@ -443,7 +475,7 @@ pub async fn list(st: &ApiState, t: &Target) -> Result<Value, ApiError> {
             at = Some(rv);
         }
     }
-    let page = match st.storage.list(&prefix, start.as_deref(), at, None).await {
+    let page = match st.storage.list(&prefix, start.as_deref(), at).await {
         Ok(p) => p,
         Err(StorageError::Compacted) if t.query.get("continue").is_some() => {
             let rel = start
@@ -1141,12 +1173,7 @@ pub async fn delete_collection(
     let (labels, fields) = selectors(t)?;
     let page = st
         .storage
-        .list(
-            &info.collection_prefix(t.namespace.as_deref()),
-            None,
-            None,
-            None,
-        )
+        .list(&info.collection_prefix(t.namespace.as_deref()), None, None)
         .await
         .map_err(internal)?;
     let mut items = Vec::new();

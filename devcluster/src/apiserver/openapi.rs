@@ -7,7 +7,11 @@ use serde_json::{Map, Value, json};
 use super::registry::Registry;
 
 fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 /// `/openapi/v3`: the root listing every group/version document.
@@ -21,7 +25,10 @@ pub fn root(reg: &Registry) -> Value {
     }
     for (g, v) in gvs {
         let p = gv_path(&g, &v);
-        paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}")}));
+        paths.insert(
+            p.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{p}")}),
+        );
     }
     json!({"paths": paths})
 }
@@ -42,9 +49,15 @@ pub fn group_version(reg: &Registry, group: &str, version: &str) -> Option<Value
     for r in resources {
         let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
         let op = |action: &str| json!({"x-kubernetes-action": action, "x-kubernetes-group-version-kind": gvk, "parameters": param, "responses": {}});
-        let coll = if r.namespaced { format!("{base}/namespaces/{{namespace}}/{}", r.resource) } else { format!("{base}/{}", r.resource) };
+        let coll = if r.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", r.resource)
+        } else {
+            format!("{base}/{}", r.resource)
+        };
         paths.insert(coll.clone(), json!({"get": op("list"), "post": op("post")}));
         paths.insert(format!("{coll}/{{name}}"), json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}));
     }
-    Some(json!({"openapi": "3.0.0", "info": {"title": "Kubernetes (flotilla devcluster)", "version": "v1.36.2"}, "paths": paths, "components": {"schemas": {}}}))
+    Some(
+        json!({"openapi": "3.0.0", "info": {"title": "Kubernetes (flotilla devcluster)", "version": "v1.36.2"}, "paths": paths, "components": {"schemas": {}}}),
+    )
 }

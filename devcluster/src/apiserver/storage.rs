@@ -113,8 +113,7 @@ impl Storage {
         }
     }
 
-    /// Lists keys under `prefix` (which ends with `/`), from `start` (inclusive), at `rev` (None = current),
-    /// at most `limit` items (None = all).
+    /// Lists every key under `prefix` (which ends with `/`), from `start` (inclusive), at `rev` (None = current).
     ///
     /// # Errors
     /// `Compacted` when `rev` is compacted; etcd failures.
@@ -123,31 +122,43 @@ impl Storage {
         prefix: &str,
         start: Option<&str>,
         rev: Option<i64>,
-        limit: Option<i64>,
     ) -> Result<Page, StorageError> {
-        let from = start.unwrap_or(prefix).to_string();
-        let mut opts = GetOptions::new().with_range(prefix_end(prefix));
-        if let Some(r) = rev {
-            opts = opts.with_revision(r);
-        }
-        if let Some(l) = limit {
-            opts = opts.with_limit(l);
-        }
-        let resp = self.client.clone().get(from, Some(opts)).await?;
-        let read_rev = rev.unwrap_or_else(|| resp.header().map_or(0, |h| h.revision()));
-        let mut items = Vec::with_capacity(resp.kvs().len());
-        for kv in resp.kvs() {
-            let key = String::from_utf8_lossy(kv.key()).into_owned();
-            let value = decode(&key, kv.value(), kv.mod_revision())?;
-            items.push(Stored {
-                key,
-                value,
-                rev: kv.mod_revision(),
-            });
+        // Read in chunks at one revision: a single range reply is capped by the gRPC message size (4 MiB).
+        const CHUNK: i64 = 500;
+        let mut from = start.unwrap_or(prefix).as_bytes().to_vec();
+        let mut at = rev;
+        let mut items = Vec::new();
+        loop {
+            let mut opts = GetOptions::new()
+                .with_range(prefix_end(prefix))
+                .with_limit(CHUNK);
+            if let Some(r) = at {
+                opts = opts.with_revision(r);
+            }
+            let resp = self.client.clone().get(from.clone(), Some(opts)).await?;
+            if at.is_none() {
+                at = Some(resp.header().map_or(0, |h| h.revision()));
+            }
+            for kv in resp.kvs() {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                let value = decode(&key, kv.value(), kv.mod_revision())?;
+                items.push(Stored {
+                    key,
+                    value,
+                    rev: kv.mod_revision(),
+                });
+            }
+            match resp.kvs().last() {
+                Some(last) if resp.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
         }
         Ok(Page {
             items,
-            rev: read_rev,
+            rev: at.unwrap_or(0),
         })
     }
 

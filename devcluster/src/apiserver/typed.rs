@@ -120,7 +120,9 @@ fn typed_view(info: &ResourceInfo, v: &Value) -> Option<Value> {
         ("coordination.k8s.io", "Lease") => roundtrip::<coordination::v1::Lease>(v),
         ("discovery.k8s.io", "EndpointSlice") => roundtrip::<discovery::v1::EndpointSlice>(v),
         ("events.k8s.io", "Event") => roundtrip::<events::v1::Event>(v),
-        ("apiextensions.k8s.io", "CustomResourceDefinition") => roundtrip::<apiext::CustomResourceDefinition>(v),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            roundtrip::<apiext::CustomResourceDefinition>(v)
+        }
         _ => None,
     }
 }
@@ -130,7 +132,11 @@ fn collect_unknown(orig: &mut Value, typed: &Value, path: &str, out: &mut Vec<St
         (Value::Object(o), Value::Object(t)) => {
             let keys: Vec<String> = o.keys().cloned().collect();
             for k in keys {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 match t.get(&k) {
                     Some(tv) => {
                         if let Some(ov) = o.get_mut(&k) {
@@ -172,11 +178,20 @@ mod tests {
 
     #[test]
     fn unknown_fields_of_a_configmap_are_found_and_dropped() {
-        let info = builtins().into_iter().find(|r| r.kind == "ConfigMap").unwrap();
+        let info = builtins()
+            .into_iter()
+            .find(|r| r.kind == "ConfigMap")
+            .unwrap();
         let mut v = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "bogus": 1}, "data": {"a": "b"}, "bogusTop": "x"});
         let dropped = drop_unknown(&info, &mut v);
-        assert_eq!(dropped, vec!["metadata.bogus".to_string(), "bogusTop".to_string()]);
-        assert_eq!(v, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}}));
+        assert_eq!(
+            dropped,
+            vec!["metadata.bogus".to_string(), "bogusTop".to_string()]
+        );
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}})
+        );
     }
 
     #[test]

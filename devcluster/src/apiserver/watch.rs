@@ -75,7 +75,7 @@ pub async fn watch(st: &ApiState, t: &Target, render: Render) -> Result<Response
     if initial || from.is_none() {
         let page = st
             .storage
-            .list(&prefix, None, None, None)
+            .list(&prefix, None, None)
             .await
             .map_err(super::objects::internal)?;
         start_rev = page.rev.max(from.unwrap_or(0));
