@@ -43,6 +43,45 @@ impl proto::dispatch_server::Dispatch for Scripted {
     }
 }
 
+/// A Cache service with one ConfigMap `ns/present` and a List that echoes the query in its answer.
+struct ScriptedCache;
+
+#[tonic::async_trait]
+impl proto::cache_server::Cache for ScriptedCache {
+    async fn get(
+        &self,
+        request: tonic::Request<proto::GetRequest>,
+    ) -> Result<tonic::Response<proto::GetResponse>, Status> {
+        let request = request.into_inner();
+        let object = (request.name == "present").then(|| configmap("present").into_bytes().into());
+        Ok(tonic::Response::new(proto::GetResponse { object }))
+    }
+
+    async fn list(
+        &self,
+        request: tonic::Request<proto::ListRequest>,
+    ) -> Result<tonic::Response<proto::ListResponse>, Status> {
+        let r = request.into_inner();
+        let echo = format!(
+            "{}|{}|{}={}|{}",
+            r.namespace,
+            r.label_selector,
+            r.index,
+            r.index_value,
+            r.kind.unwrap().plural
+        );
+        let objects = vec![
+            configmap(&echo.replace(['|', '='], "-"))
+                .into_bytes()
+                .into(),
+        ];
+        Ok(tonic::Response::new(proto::ListResponse {
+            objects,
+            resource_version: "9".into(),
+        }))
+    }
+}
+
 struct Fleet {
     _etcd_server: EtcdServer,
     etcd: etcd_client::Client,
@@ -66,6 +105,7 @@ async fn fleet(name: &str) -> Fleet {
             .add_service(proto::dispatch_server::DispatchServer::new(Scripted {
                 streams: streams_tx,
             }))
+            .add_service(proto::cache_server::CacheServer::new(ScriptedCache))
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
     let session = Session::start(etcd.clone(), SessionConfig::default())
@@ -532,4 +572,58 @@ async fn the_objects_a_reconcile_writes_through_its_client_are_reported_in_done(
     );
     worker.shutdown().await;
     cluster.shutdown().await;
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cache read failed")]
+struct ReadError(#[from] flotilla_worker::CacheError);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_reads_typed_objects_from_the_leaders_cache() {
+    use flotilla_worker::CacheQuery;
+    let mut fleet = fleet("cache").await;
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let record = seen.clone();
+    let reader = Controller::<ConfigMap>::new("reader").reconcile(
+        move |_request: Request<ConfigMap>, ctx: Context| {
+            let record = record.clone();
+            async move {
+                let present: Option<ConfigMap> = ctx.cache().get(Some("ns"), "present").await?;
+                let absent: Option<ConfigMap> = ctx.cache().get(Some("ns"), "absent").await?;
+                let query = CacheQuery::all()
+                    .namespace("ns")
+                    .labels("app=x")
+                    .owned_by("u-1");
+                let listed: Vec<ConfigMap> = ctx.cache().list(&query).await?;
+                let mut record = record.lock();
+                record.push(present.and_then(|c| c.metadata.name).unwrap_or_default());
+                record.push(format!("{}", absent.is_none()));
+                record.extend(listed.into_iter().filter_map(|c| c.metadata.name));
+                Ok::<_, ReadError>(Action::await_change())
+            }
+        },
+    );
+    let worker = Worker::start(config(&fleet, "cache"), vec![reader.into()])
+        .await
+        .unwrap();
+    let (mut stream, out) = next_stream(&mut fleet).await;
+    hello(&mut stream).await;
+    welcome(&out, fleet.term).await;
+    assign(
+        &out,
+        vec![item(1, fleet.term, "reader", "ns/x", &configmap("x"))],
+    )
+    .await;
+    let (dones, _) = dones(&mut stream, 1, 0).await;
+    assert_eq!(
+        dones[&1].outcome(),
+        proto::Outcome::Success,
+        "{}",
+        dones[&1].error
+    );
+    assert_eq!(
+        *seen.lock(),
+        ["present", "true", "ns-app-x-owner-uid-u-1-configmaps"]
+    );
+    worker.shutdown().await;
 }

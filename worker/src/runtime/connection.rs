@@ -16,11 +16,11 @@ pub(crate) enum ConnectError {
     #[error("leader address {0:?} is not a valid address")]
     Address(String),
     /// No connection could be made.
-    #[error("cannot connect to the leader")]
-    Transport(#[source] tonic::transport::Error),
+    #[error("cannot connect to the leader: {0}")]
+    Transport(tonic::transport::Error),
     /// The leader refused the stream.
     #[error("the leader refused the stream: {0}")]
-    Refused(#[source] tonic::Status),
+    Refused(tonic::Status),
     /// Connecting took too long.
     #[error("connecting to the leader timed out")]
     Timeout,

@@ -14,10 +14,10 @@ pub enum CacheError {
     #[error("not connected to a coordinator")]
     NotConnected,
     /// The coordinator answered with an error.
-    #[error("cache request failed: {0}")]
+    #[error("cache request failed")]
     Rpc(#[source] tonic::Status),
     /// An object in the answer is not a valid object of the requested kind.
-    #[error("cache returned an object that is not a valid {kind}: {source}")]
+    #[error("cache returned an object that is not a valid {kind}")]
     Decode {
         /// The kind asked for.
         kind: String,

@@ -20,7 +20,7 @@ use crate::runtime::{KubeStack, Write, WriteJournal};
 #[derive(Debug, thiserror::Error)]
 pub enum ContextError {
     /// A prefetched object is not a valid object of the requested kind.
-    #[error("prefetched object is not a valid {kind}: {source}")]
+    #[error("prefetched object is not a valid {kind}")]
     Decode {
         /// The kind asked for.
         kind: String,
