@@ -9,7 +9,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use crate::support::cluster::TestCluster;
-use crate::support::fleet::Fleet;
+use crate::support::fleet::{Fleet, binary};
 use crate::support::namespace::unique_namespace;
 use crate::support::wait::wait_for;
 
@@ -39,8 +39,8 @@ async fn greetings_get_their_configmap_and_status_from_the_example_controller_on
     }
     let ns = unique_namespace(&client, "greeting").await;
     let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
-    let _c0 = fleet.coordinator("c0", &[]);
-    let _w: Vec<_> = (0..2).map(|i| fleet.worker("greeting-controller", &format!("g{i}"), &[])).collect();
+    let c0 = fleet.coordinator("c0", &[]);
+    let w: Vec<_> = (0..2).map(|i| fleet.worker("greeting-controller", &format!("g{i}"), &[])).collect();
     fleet.wait_for_workers(2, Duration::from_secs(60)).await;
 
     let greetings: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource("example.flotilla.dev", "Greeting", "greetings"));
@@ -57,4 +57,26 @@ async fn greetings_get_their_configmap_and_status_from_the_example_controller_on
 
     configmaps.delete("hi-greeting", &Default::default()).await.unwrap();
     wait_for(Duration::from_secs(30), "hi-greeting recreated after its deletion", || converged(&greetings, &configmaps, "hi", "bonjour")).await;
+
+    // Operators' view: `flotilla status -o json` with the field names scripts rely on, and the probes.
+    let output = std::process::Command::new(binary("flotilla"))
+        .args(["status", "-o", "json", "--fleet", &fleet.name, "--etcd-endpoints", &fleet.etcd_endpoints.join(",")])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "flotilla status failed: {}", String::from_utf8_lossy(&output.stderr));
+    let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["leader"]["id"], "c0");
+    assert!(status["leader"]["address"].as_str().is_some_and(|a| a.starts_with("127.0.0.1:")));
+    assert!(status["leader"]["term"].as_u64().is_some_and(|t| t > 0));
+    let shards: u64 = status["workers"].as_array().unwrap().iter().map(|w| w["shards"].as_u64().unwrap()).sum();
+    assert_eq!(shards, 256, "{status}");
+    let mut ids: Vec<&str> = status["workers"].as_array().unwrap().iter().map(|w| w["id"].as_str().unwrap()).collect();
+    ids.sort();
+    assert_eq!(ids, ["g0", "g1"]);
+    let queue = status["queues"].as_array().unwrap().iter().find(|q| q["controller"] == "greeting").expect("greeting queue");
+    assert!(queue["depth"].as_u64().is_some());
+    for process in std::iter::once(&c0).chain(&w) {
+        assert_eq!(process.http_status("/readyz").await, 200, "{} not ready", process.name);
+        assert_eq!(process.http_status("/healthz").await, 200, "{} not healthy", process.name);
+    }
 }

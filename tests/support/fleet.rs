@@ -71,6 +71,12 @@ impl Proc {
         tokio::task::spawn_blocking(move || http_get(&url)).await.unwrap_or_default()
     }
 
+    /// The HTTP status of `path` on its ops port (0 when it does not answer).
+    pub async fn http_status(&self, path: &str) -> u16 {
+        let url = format!("http://{}{path}", self.metrics);
+        tokio::task::spawn_blocking(move || http_get_status(&url)).await.unwrap_or(0)
+    }
+
     /// The process's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -233,8 +239,18 @@ pub fn free_addr() -> std::net::SocketAddr {
     listener.local_addr().expect("local addr")
 }
 
+/// The status code of a plain HTTP/1.0 GET on loopback; 0 on any failure.
+fn http_get_status(url: &str) -> u16 {
+    http_get_raw(url).split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+}
+
 /// A plain HTTP/1.0 GET on loopback; the body, or empty on any failure.
 fn http_get(url: &str) -> String {
+    http_get_raw(url).split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
+}
+
+/// The whole response of a plain HTTP/1.0 GET on loopback, or empty on any failure.
+fn http_get_raw(url: &str) -> String {
     use std::io::{Read, Write};
     let Some(rest) = url.strip_prefix("http://") else { return String::new() };
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -245,7 +261,7 @@ fn http_get(url: &str) -> String {
     }
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
-    response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
+    response
 }
 
 /// The value of a metric series in Prometheus text (the first line starting with `series`).
