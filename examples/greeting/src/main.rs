@@ -7,6 +7,12 @@ mod reconcile;
 mod resource;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    flotilla_worker::run_custom(vec![reconcile::controller().into()]).await
+async fn main() -> std::process::ExitCode {
+    match flotilla_worker::run_custom(vec![reconcile::controller().into()]).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

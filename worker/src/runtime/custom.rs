@@ -15,9 +15,9 @@ use crate::sdk::DynController;
 /// # Errors
 /// Start-up failures (bad flags exit the process with clap's usage message instead).
 pub async fn run_custom(controllers: Vec<DynController>) -> anyhow::Result<()> {
-    let mut command = WorkerFlags::augment_args(
-        clap::Command::new("controller").about("A Flotilla worker running custom controllers"),
-    );
+    // The about text comes after the flags, which would otherwise lend theirs to the command.
+    let mut command = WorkerFlags::augment_args(clap::Command::new("controller"))
+        .about("A Flotilla worker running custom controllers");
     for controller in &controllers {
         command = command.arg(concurrency_arg(
             controller.name(),
