@@ -233,14 +233,15 @@ fn type_ok(ty: &str, v: &Value) -> bool {
 
 fn walk(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Cause>) {
     if v.is_null() {
-        if schema["nullable"] != json!(true) && !path.is_empty() {
-            if let Some(ty) = schema["type"].as_str() {
-                causes.push(Cause::invalid(
-                    path,
-                    v,
-                    &format!("{path} in body must be of type {ty}: \"null\""),
-                ));
-            }
+        if schema["nullable"] != json!(true)
+            && !path.is_empty()
+            && let Some(ty) = schema["type"].as_str()
+        {
+            causes.push(Cause::invalid(
+                path,
+                v,
+                &format!("{path} in body must be of type {ty}: \"null\""),
+            ));
         }
         return;
     }

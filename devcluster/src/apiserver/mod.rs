@@ -52,6 +52,8 @@
 //! * `POST /flotilla/v1/compact` is devcluster-only: it compacts etcd at the current revision and answers
 //!   `{"revision": N}`; other routes under `/flotilla/` come from [`DevClusterConfig::extension`].
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 mod bootstrap;
 mod builtins;
 mod continue_token;

@@ -1219,10 +1219,10 @@ pub fn to_scale(info: &ResourceInfo, obj: &Value) -> Value {
         "resourceVersion": obj["metadata"]["resourceVersion"],
         "creationTimestamp": obj["metadata"]["creationTimestamp"],
     });
-    if !info.namespaced {
-        if let Some(m) = md.as_object_mut() {
-            m.remove("namespace");
-        }
+    if !info.namespaced
+        && let Some(m) = md.as_object_mut()
+    {
+        m.remove("namespace");
     }
     json!({
         "kind": "Scale",

@@ -97,7 +97,10 @@ fn int(v: &Value) -> i64 {
 }
 
 /// (column name, type, cell fn) for a kind, between Name and Age.
-fn columns(info: &ResourceInfo) -> Vec<(String, &'static str, Box<dyn Fn(&Value) -> Value>)> {
+/// A column: name, OpenAPI type, cell function.
+type Column = (String, &'static str, Box<dyn Fn(&Value) -> Value>);
+
+fn columns(info: &ResourceInfo) -> Vec<Column> {
     let col = |n: &str, ty: &'static str, f: Box<dyn Fn(&Value) -> Value>| (n.to_string(), ty, f);
     if info.custom {
         return info

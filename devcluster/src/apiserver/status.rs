@@ -113,9 +113,9 @@ pub struct ApiError {
     /// Status message.
     pub message: String,
     /// `details` (None: no details key at all).
-    pub details: Option<Value>,
+    pub details: Option<Box<Value>>,
     /// `metadata` of the Status (a continue token for expired continues).
-    pub metadata: Value,
+    pub metadata: Box<Value>,
 }
 
 /// The group/resource pair used by upstream in messages (`deployments.apps`) and details.
@@ -160,8 +160,8 @@ impl ApiError {
             code,
             reason,
             message: message.into(),
-            details,
-            metadata: json!({}),
+            details: details.map(Box::new),
+            metadata: Box::new(json!({})),
         }
     }
 
@@ -340,7 +340,7 @@ impl ApiError {
 
     /// Attaches a Status `metadata` (e.g. a fresh continue token).
     pub fn with_metadata(mut self, metadata: Value) -> Self {
-        self.metadata = metadata;
+        self.metadata = Box::new(metadata);
         self
     }
 
@@ -349,12 +349,12 @@ impl ApiError {
         let mut m = Map::new();
         m.insert("kind".into(), json!("Status"));
         m.insert("apiVersion".into(), json!("v1"));
-        m.insert("metadata".into(), self.metadata.clone());
+        m.insert("metadata".into(), (*self.metadata).clone());
         m.insert("status".into(), json!("Failure"));
         m.insert("message".into(), json!(self.message));
         m.insert("reason".into(), json!(self.reason));
         if let Some(d) = &self.details {
-            m.insert("details".into(), d.clone());
+            m.insert("details".into(), (**d).clone());
         }
         m.insert("code".into(), json!(self.code));
         Value::Object(m)

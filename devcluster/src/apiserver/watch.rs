@@ -124,10 +124,10 @@ pub async fn watch(st: &ApiState, t: &Target, render: Render) -> Result<Response
             tokio::time::interval_at(tokio::time::Instant::now() + bookmark_every, bookmark_every);
         let backlog: Vec<Arc<Event>> = std::mem::take(&mut sub.backlog);
         for e in backlog {
-            if let Some(b) = convert(&e, &prefix, last, &matches, &render, &info) {
-                if !send(b).await {
-                    return;
-                }
+            if let Some(b) = convert(&e, &prefix, last, &matches, &render, &info)
+                && !send(b).await
+            {
+                return;
             }
             last = last.max(e.rev);
         }
@@ -146,11 +146,10 @@ pub async fn watch(st: &ApiState, t: &Target, render: Render) -> Result<Response
                 }
                 ev = sub.live.recv() => match ev {
                     Ok(e) => {
-                        if let Some(b) = convert(&e, &prefix, last, &matches, &render, &info) {
-                            if !send(b).await {
+                        if let Some(b) = convert(&e, &prefix, last, &matches, &render, &info)
+                            && !send(b).await {
                                 return;
                             }
-                        }
                         last = last.max(e.rev);
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
@@ -189,7 +188,7 @@ fn convert(
         return None;
     }
     let now = matches(&e.object);
-    let before = e.prev.as_deref().is_some_and(|p| matches(p));
+    let before = e.prev.as_deref().is_some_and(matches);
     let kind = match e.kind {
         EventKind::Deleted if before || now => "DELETED",
         EventKind::Deleted => return None,

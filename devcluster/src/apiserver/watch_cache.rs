@@ -213,11 +213,10 @@ pub async fn run(
                         next = rev + 1;
                         break;
                     }
-                    if let Some(h) = resp.header() {
-                        if resp.events().is_empty() {
+                    if let Some(h) = resp.header()
+                        && resp.events().is_empty() {
                             cache.progress(h.revision());
                         }
-                    }
                     for ev in resp.events() {
                         let Some(kv) = ev.kv() else { continue };
                         let key = String::from_utf8_lossy(kv.key()).into_owned();
