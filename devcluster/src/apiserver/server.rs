@@ -79,6 +79,9 @@ pub enum DevClusterError {
         #[source]
         source: std::io::Error,
     },
+    /// Start-up objects (system namespaces, stored CRDs) could not be read or written.
+    #[error("cannot bootstrap the API server: {0}")]
+    Bootstrap(String),
     /// Building a kube client failed.
     #[error("cannot build a kube client")]
     Client(#[source] kube::Error),
@@ -149,10 +152,10 @@ impl DevCluster {
         )));
         super::bootstrap::system_namespaces(&state)
             .await
-            .map_err(|e| DevClusterError::Storage(StorageError::Corrupt(e.message)))?;
+            .map_err(|e| DevClusterError::Bootstrap(e.message))?;
         super::crd::load_all(&state)
             .await
-            .map_err(|e| DevClusterError::Storage(StorageError::Corrupt(e.message)))?;
+            .map_err(|e| DevClusterError::Bootstrap(e.message))?;
         tasks.push(tokio::spawn(super::crd::sync(
             state.registry.clone(),
             crd_rx,

@@ -229,8 +229,7 @@ pub async fn run(
                                 Event { rev, key, kind, object: Arc::new(obj), prev }
                             }
                             EventType::Delete => {
-                                let rev = resp.header().map_or(rev, |h| h.revision()).max(rev);
-                                let rev = if kv.mod_revision() > 0 { kv.mod_revision() } else { rev };
+                                // A delete event's kv carries the deletion revision as mod_revision.
                                 let mut obj = prev.as_deref().cloned().unwrap_or_else(|| json!({"metadata": {}}));
                                 super::meta::set(&mut obj, "resourceVersion", Value::String(rev.to_string()));
                                 Event { rev, key, kind: EventKind::Deleted, object: Arc::new(obj), prev }
