@@ -558,6 +558,7 @@ impl<'a> SessionRun<'a> {
     }
 
     fn start_draining(&mut self) {
+        self.outbox.drop_credits();
         let dropped = self.ledger.drop_waiting();
         info!(
             running = self.ledger.running(),

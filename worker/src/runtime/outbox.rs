@@ -62,6 +62,11 @@ impl Outbox {
         messages
     }
 
+    /// Forgets the pending credits (a draining worker wants no more items) but keeps the Dones.
+    pub(crate) fn drop_credits(&mut self) {
+        self.credits.clear();
+    }
+
     /// Forgets everything pending (the stream it was meant for is gone).
     pub(crate) fn clear(&mut self) {
         self.dones.clear();
@@ -112,6 +117,20 @@ mod tests {
             Some(proto::worker_message::Msg::Done(batch)) => assert_eq!(batch.items.len(), 2),
             other => panic!("expected the Done batch first, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn dropping_credits_keeps_the_dones() {
+        let mut outbox = Outbox::default();
+        outbox.credit("journal", 3);
+        outbox.done(done(1));
+        outbox.drop_credits();
+        let messages = outbox.take();
+        assert_eq!(messages.len(), 1);
+        assert!(matches!(
+            &messages[0].msg,
+            Some(proto::worker_message::Msg::Done(_))
+        ));
     }
 
     #[test]
