@@ -15,7 +15,9 @@ pub struct FleetKeys {
 impl FleetKeys {
     /// Keys of fleet `fleet`.
     pub fn new(fleet: &str) -> Self {
-        Self { root: format!("/flotilla/{fleet}/") }
+        Self {
+            root: format!("/flotilla/{fleet}/"),
+        }
     }
 
     /// The election name coordinators campaign on.
@@ -56,7 +58,11 @@ impl FleetKeys {
 
     /// Parses the shard number out of an ownership key.
     pub fn parse_shard(&self, key: &[u8]) -> Option<u32> {
-        std::str::from_utf8(key).ok()?.strip_prefix(&self.shards_prefix())?.parse().ok()
+        std::str::from_utf8(key)
+            .ok()?
+            .strip_prefix(&self.shards_prefix())?
+            .parse()
+            .ok()
     }
 
     /// Parses the worker id out of a registration key.
@@ -81,6 +87,9 @@ mod tests {
     #[test]
     fn worker_keys_round_trip() {
         let keys = FleetKeys::new("f");
-        assert_eq!(keys.parse_worker(keys.worker("w-1").as_bytes()), Some("w-1"));
+        assert_eq!(
+            keys.parse_worker(keys.worker("w-1").as_bytes()),
+            Some("w-1")
+        );
     }
 }

@@ -33,7 +33,11 @@ impl ResourceKind {
 
     /// `apiVersion` as objects carry it: `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 
     /// The kube-rs description of this kind, for dynamic clients.
@@ -61,7 +65,9 @@ impl ResourceKind {
     /// A message naming the missing part.
     pub fn validate(&self) -> Result<(), String> {
         if self.version.is_empty() || self.kind.is_empty() || self.plural.is_empty() {
-            return Err(format!("resource kind {self} lacks a version, kind or plural"));
+            return Err(format!(
+                "resource kind {self} lacks a version, kind or plural"
+            ));
         }
         Ok(())
     }
@@ -79,7 +85,13 @@ impl fmt::Display for ResourceKind {
 
 impl From<proto::ResourceKind> for ResourceKind {
     fn from(k: proto::ResourceKind) -> Self {
-        Self { group: k.group, version: k.version, kind: k.kind, plural: k.plural, namespaced: k.namespaced }
+        Self {
+            group: k.group,
+            version: k.version,
+            kind: k.kind,
+            plural: k.plural,
+            namespaced: k.namespaced,
+        }
     }
 }
 

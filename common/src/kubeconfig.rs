@@ -16,7 +16,9 @@ pub enum KubeConfigError {
         source: kube::config::KubeconfigError,
     },
     /// Neither in-cluster configuration nor a kubeconfig was found.
-    #[error("no Kubernetes configuration found (pass --kubeconfig, run in a pod, or set KUBECONFIG)")]
+    #[error(
+        "no Kubernetes configuration found (pass --kubeconfig, run in a pod, or set KUBECONFIG)"
+    )]
     Infer(#[source] kube::config::InferConfigError),
     /// The client could not be built.
     #[error("cannot build a Kubernetes client")]
@@ -30,11 +32,18 @@ pub enum KubeConfigError {
 pub async fn kube_config(kubeconfig: Option<&Path>) -> Result<kube::Config, KubeConfigError> {
     match kubeconfig {
         Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|source| KubeConfigError::File { path: path.display().to_string(), source })?;
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+                KubeConfigError::File {
+                    path: path.display().to_string(),
+                    source,
+                }
+            })?;
             kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|source| KubeConfigError::File { path: path.display().to_string(), source })
+                .map_err(|source| KubeConfigError::File {
+                    path: path.display().to_string(),
+                    source,
+                })
         }
         None => kube::Config::infer().await.map_err(KubeConfigError::Infer),
     }

@@ -11,7 +11,10 @@ mod selector;
 mod shutdown;
 mod telemetry;
 
-pub use etcd::{Elected, Election, ElectionError, LeaderInfo, Leadership, Session, SessionConfig, SessionError, connect_etcd};
+pub use etcd::{
+    Elected, Election, ElectionError, LeaderInfo, Leadership, Session, SessionConfig, SessionError,
+    connect_etcd,
+};
 pub use keys::FleetKeys;
 pub use kind::{ResourceKind, split_key};
 pub use kubeconfig::{KubeConfigError, kube_client, kube_config};

@@ -85,16 +85,21 @@ impl OpsServer {
         health: Health,
         stop: CancellationToken,
     ) -> Result<Self, OpsServerError> {
-        let listener =
-            tokio::net::TcpListener::bind(addr).await.map_err(|source| OpsServerError::Bind { addr, source })?;
-        let addr = listener.local_addr().map_err(|source| OpsServerError::Bind { addr, source })?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| OpsServerError::Bind { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| OpsServerError::Bind { addr, source })?;
         let app = Router::new()
             .route("/metrics", get(metrics))
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
             .with_state(OpsState { registry, health });
         tokio::spawn(async move {
-            let served = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await;
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await;
             if let Err(err) = served {
                 tracing::warn!(error = %err, "ops server stopped");
             }
@@ -114,10 +119,17 @@ async fn metrics(State(state): State<OpsState>) -> impl IntoResponse {
     match encoded {
         Ok(()) => (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
             body,
         ),
-        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], err.to_string()),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain")],
+            err.to_string(),
+        ),
     }
 }
 
@@ -125,11 +137,18 @@ async fn healthz(State(state): State<OpsState>) -> impl IntoResponse {
     if state.health.healthy.load(Ordering::SeqCst) {
         (StatusCode::OK, "ok".to_owned())
     } else {
-        (StatusCode::INTERNAL_SERVER_ERROR, state.health.reason.lock().clone())
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            state.health.reason.lock().clone(),
+        )
     }
 }
 
 async fn readyz(State(state): State<OpsState>) -> impl IntoResponse {
     let reason = state.health.reason.lock().clone();
-    if state.health.is_ready() { (StatusCode::OK, reason) } else { (StatusCode::SERVICE_UNAVAILABLE, reason) }
+    if state.health.is_ready() {
+        (StatusCode::OK, reason)
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, reason)
+    }
 }

@@ -4,7 +4,9 @@
 pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        let mut term = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
             Ok(term) => term,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot listen for SIGTERM; only Ctrl-C stops this process");

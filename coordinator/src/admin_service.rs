@@ -26,12 +26,19 @@ impl AdminService {
 
 #[tonic::async_trait]
 impl proto::admin_server::Admin for AdminService {
-    async fn status(&self, _request: Request<proto::StatusRequest>) -> Result<Response<proto::StatusResponse>, Status> {
-        let Some(dispatcher) = self.slot.dispatcher() else { return Err(self.slot.not_leader()) };
+    async fn status(
+        &self,
+        _request: Request<proto::StatusRequest>,
+    ) -> Result<Response<proto::StatusResponse>, Status> {
+        let Some(dispatcher) = self.slot.dispatcher() else {
+            return Err(self.slot.not_leader());
+        };
         let (reply, rx) = oneshot::channel();
         if !dispatcher.send(Command::Status { reply }) {
             return Err(self.slot.not_leader());
         }
-        rx.await.map(Response::new).map_err(|_| self.slot.not_leader())
+        rx.await
+            .map(Response::new)
+            .map_err(|_| self.slot.not_leader())
     }
 }

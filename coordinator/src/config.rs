@@ -78,13 +78,22 @@ impl CoordinatorConfig {
             )));
         }
         if self.retry_period.is_zero() || self.lease_duration < Duration::from_secs(2) {
-            return Err(ConfigError("--leader-elect-lease-duration must be at least 2s and the retry period positive".into()));
+            return Err(ConfigError(
+                "--leader-elect-lease-duration must be at least 2s and the retry period positive"
+                    .into(),
+            ));
         }
         if self.shards == 0 || self.shards > 65536 {
-            return Err(ConfigError(format!("--shards must be in 1..=65536, not {}", self.shards)));
+            return Err(ConfigError(format!(
+                "--shards must be in 1..=65536, not {}",
+                self.shards
+            )));
         }
         if self.fleet.is_empty() || self.fleet.contains('/') {
-            return Err(ConfigError(format!("--fleet {:?} must be non-empty and contain no '/'", self.fleet)));
+            return Err(ConfigError(format!(
+                "--fleet {:?} must be non-empty and contain no '/'",
+                self.fleet
+            )));
         }
         if self.etcd_endpoints.is_empty() {
             return Err(ConfigError("--etcd-endpoints is required".into()));
@@ -94,7 +103,9 @@ impl CoordinatorConfig {
 
     /// The address workers dial.
     pub fn advertise_address(&self) -> String {
-        self.advertise.clone().unwrap_or_else(|| self.listen.to_string())
+        self.advertise
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string())
     }
 }
 
@@ -108,7 +119,11 @@ pub fn default_identity(role: &str) -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| role.to_owned());
     format!("{host}-{:06x}", rand::random::<u32>() & 0xff_ffff)
@@ -120,14 +135,21 @@ mod tests {
 
     #[test]
     fn defaults_are_valid() {
-        CoordinatorConfig::new("f", vec!["http://127.0.0.1:2379".into()]).validate().unwrap();
+        CoordinatorConfig::new("f", vec!["http://127.0.0.1:2379".into()])
+            .validate()
+            .unwrap();
     }
 
     #[test]
     fn a_renew_deadline_at_or_above_the_lease_duration_is_refused() {
         let mut c = CoordinatorConfig::new("f", vec!["e".into()]);
         c.renew_deadline = c.lease_duration;
-        assert!(c.validate().unwrap_err().0.contains("--leader-elect-lease-duration"));
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .0
+                .contains("--leader-elect-lease-duration")
+        );
     }
 
     #[test]

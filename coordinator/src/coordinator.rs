@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use etcd_client::GetOptions;
 use flotilla_common::{
-    Election, FleetKeys, Health, LeaderInfo, OpsServer, Session, SessionConfig, connect_etcd, kube_client,
+    Election, FleetKeys, Health, LeaderInfo, OpsServer, Session, SessionConfig, connect_etcd,
+    kube_client,
 };
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
@@ -75,15 +76,30 @@ impl Coordinator {
         config.validate()?;
         let etcd = connect_etcd(&config.etcd_endpoints)
             .await
-            .map_err(|source| CoordinatorError::Etcd { endpoints: config.etcd_endpoints.join(","), source })?;
+            .map_err(|source| CoordinatorError::Etcd {
+                endpoints: config.etcd_endpoints.join(","),
+                source,
+            })?;
         let kube = kube_client(config.kubeconfig.as_deref()).await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .map_err(|source| CoordinatorError::Listen { addr: config.listen, source })?;
-        let addr = listener.local_addr().map_err(|source| CoordinatorError::Listen { addr: config.listen, source })?;
+            .map_err(|source| CoordinatorError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| CoordinatorError::Listen {
+                addr: config.listen,
+                source,
+            })?;
         if config.advertise.is_none() {
             // A wildcard listen address cannot be dialled; advertise loopback with the bound port then.
-            let ip = if addr.ip().is_unspecified() { std::net::Ipv4Addr::LOCALHOST.into() } else { addr.ip() };
+            let ip = if addr.ip().is_unspecified() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                addr.ip()
+            };
             config.advertise = Some(SocketAddr::new(ip, addr.port()).to_string());
         }
         let config = Arc::new(config);
@@ -95,34 +111,64 @@ impl Coordinator {
         let registry = Arc::new(Mutex::new(registry));
         let health = Health::new();
         let stop = CancellationToken::new();
-        let ops = OpsServer::start(config.metrics_listen, registry, health.clone(), stop.clone()).await?;
+        let ops = OpsServer::start(
+            config.metrics_listen,
+            registry,
+            health.clone(),
+            stop.clone(),
+        )
+        .await?;
         let slot = LeaderSlot::default();
 
         let server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(5)))
             .http2_keepalive_timeout(Some(Duration::from_secs(5)))
             .tcp_nodelay(true)
-            .add_service(DispatchService::new(slot.clone(), metrics.clone(), config.hello_timeout).into_server())
+            .add_service(
+                DispatchService::new(slot.clone(), metrics.clone(), config.hello_timeout)
+                    .into_server(),
+            )
             .add_service(crate::cache_service(informers.clone()))
             .add_service(AdminService::new(slot.clone()).into_server());
         let serve_stop = stop.clone();
         let grpc = tokio::spawn(
             async move {
                 let incoming = TcpListenerStream::new(listener);
-                if let Err(err) = server.serve_with_incoming_shutdown(incoming, serve_stop.cancelled_owned()).await {
+                if let Err(err) = server
+                    .serve_with_incoming_shutdown(incoming, serve_stop.cancelled_owned())
+                    .await
+                {
                     warn!(error = %err, "gRPC server stopped");
                 }
             }
             .instrument(info_span!("grpc", %addr)),
         );
-        let process = Process { config: config.clone(), etcd, informers, metrics, queue_metrics, slot: slot.clone(), health };
+        let process = Process {
+            config: config.clone(),
+            etcd,
+            informers,
+            metrics,
+            queue_metrics,
+            slot: slot.clone(),
+            health,
+        };
         let mut tasks = vec![grpc];
         if config.hot_standby {
             tasks.push(tokio::spawn(process.clone().warm_informers(stop.clone())));
         }
-        tasks.push(tokio::spawn(process.lead(stop.clone()).instrument(info_span!("coordinator", id = %config.id))));
+        tasks.push(tokio::spawn(
+            process
+                .lead(stop.clone())
+                .instrument(info_span!("coordinator", id = %config.id)),
+        ));
         info!(%addr, metrics = %ops.addr(), advertise = %config.advertise_address(), "coordinator started");
-        Ok(Self { addr, metrics_addr: ops.addr(), slot, stop, tasks })
+        Ok(Self {
+            addr,
+            metrics_addr: ops.addr(),
+            slot,
+            stop,
+            tasks,
+        })
     }
 
     /// The gRPC address bound.
@@ -143,9 +189,12 @@ impl Coordinator {
     /// Adds keys to a controller's queue on the leader (benchmarks drive the fleet without objects).
     /// Returns false when this coordinator does not lead.
     pub fn enqueue(&self, controller: &str, keys: Vec<String>) -> bool {
-        self.slot
-            .dispatcher()
-            .is_some_and(|d: DispatcherHandle| d.send(Command::Enqueue { controller: controller.to_owned(), keys }))
+        self.slot.dispatcher().is_some_and(|d: DispatcherHandle| {
+            d.send(Command::Enqueue {
+                controller: controller.to_owned(),
+                keys,
+            })
+        })
     }
 
     /// Graceful shutdown: a leader stops dispatching and resigns so a standby takes over at once.
@@ -181,8 +230,15 @@ impl Process {
     async fn lead(self, stop: CancellationToken) {
         let keys = FleetKeys::new(&self.config.fleet);
         let election = Election::new(self.etcd.clone(), keys.election());
-        let info = LeaderInfo { id: self.config.id.clone(), address: self.config.advertise_address() };
-        let observer = tokio::spawn(observe_leader(election.clone(), self.slot.clone(), stop.clone()));
+        let info = LeaderInfo {
+            id: self.config.id.clone(),
+            address: self.config.advertise_address(),
+        };
+        let observer = tokio::spawn(observe_leader(
+            election.clone(),
+            self.slot.clone(),
+            stop.clone(),
+        ));
         while !stop.is_cancelled() {
             let session = match Session::start(self.etcd.clone(), self.session_config()).await {
                 Ok(session) => session,
@@ -226,8 +282,14 @@ impl Process {
             let (handle, mut task) = fleet::spawn(ctx, term_stop.clone());
             self.slot.set_dispatcher(Some(handle));
             self.metrics.is_leader.set(1);
-            self.metrics.term.set(i64::try_from(term).unwrap_or(i64::MAX));
-            let readiness = tokio::spawn(leader_readiness(self.informers.clone(), self.health.clone(), term_stop.clone()));
+            self.metrics
+                .term
+                .set(i64::try_from(term).unwrap_or(i64::MAX));
+            let readiness = tokio::spawn(leader_readiness(
+                self.informers.clone(),
+                self.health.clone(),
+                term_stop.clone(),
+            ));
             let lost = session.lost();
             let resign = tokio::select! {
                 biased;
@@ -268,7 +330,13 @@ impl Process {
         let keys = FleetKeys::new(&self.config.fleet);
         let mut etcd = self.etcd.clone();
         loop {
-            if let Ok(resp) = etcd.get(keys.controllers_prefix(), Some(GetOptions::new().with_prefix())).await {
+            if let Ok(resp) = etcd
+                .get(
+                    keys.controllers_prefix(),
+                    Some(GetOptions::new().with_prefix()),
+                )
+                .await
+            {
                 for kv in resp.kvs() {
                     for kind in fleet::spec_kinds(kv.value()) {
                         self.informers.ensure(&kind);

@@ -27,7 +27,12 @@ pub struct DispatchService {
 impl DispatchService {
     /// A service that forwards to whatever dispatcher `slot` holds.
     pub fn new(slot: LeaderSlot, metrics: FleetMetrics, hello_timeout: Duration) -> Self {
-        Self { slot, metrics, hello_timeout, next_conn: AtomicU64::new(1) }
+        Self {
+            slot,
+            metrics,
+            hello_timeout,
+            next_conn: AtomicU64::new(1),
+        }
     }
 
     /// The tonic server, with the fleet's message size limits.
@@ -39,7 +44,11 @@ impl DispatchService {
 
     fn refuse(&self, reason: &str, status: Status) -> Status {
         self.metrics.bad(reason);
-        warn!(reason, message = status.message(), "refusing a worker stream");
+        warn!(
+            reason,
+            message = status.message(),
+            "refusing a worker stream"
+        );
         status
     }
 }
@@ -50,8 +59,13 @@ type WorkStream = Pin<Box<dyn Stream<Item = Result<proto::CoordinatorMessage, St
 impl proto::dispatch_server::Dispatch for DispatchService {
     type WorkStream = WorkStream;
 
-    async fn work(&self, request: Request<Streaming<proto::WorkerMessage>>) -> Result<Response<WorkStream>, Status> {
-        let Some(dispatcher) = self.slot.dispatcher() else { return Err(self.slot.not_leader()) };
+    async fn work(
+        &self,
+        request: Request<Streaming<proto::WorkerMessage>>,
+    ) -> Result<Response<WorkStream>, Status> {
+        let Some(dispatcher) = self.slot.dispatcher() else {
+            return Err(self.slot.not_leader());
+        };
         let mut inbound = request.into_inner();
         let first = match tokio::time::timeout(self.hello_timeout, inbound.message()).await {
             Err(_) => {
@@ -61,26 +75,47 @@ impl proto::dispatch_server::Dispatch for DispatchService {
                 ));
             }
             Ok(Err(status)) => {
-                return Err(self.refuse("garbled_message", Status::invalid_argument(format!("unreadable message: {}", status.message()))));
+                return Err(self.refuse(
+                    "garbled_message",
+                    Status::invalid_argument(format!("unreadable message: {}", status.message())),
+                ));
             }
             Ok(Ok(None)) => return Err(Status::cancelled("stream closed before Hello")),
             Ok(Ok(Some(message))) => message,
         };
         let hello = match first.msg {
-            Some(proto::worker_message::Msg::Hello(hello)) => Hello::try_from(hello)
-                .map_err(|e| self.refuse("invalid_hello", Status::invalid_argument(format!("invalid Hello: {e}"))))?,
-            _ => return Err(self.refuse("no_hello", Status::invalid_argument("the first message must be Hello"))),
+            Some(proto::worker_message::Msg::Hello(hello)) => {
+                Hello::try_from(hello).map_err(|e| {
+                    self.refuse(
+                        "invalid_hello",
+                        Status::invalid_argument(format!("invalid Hello: {e}")),
+                    )
+                })?
+            }
+            _ => {
+                return Err(self.refuse(
+                    "no_hello",
+                    Status::invalid_argument("the first message must be Hello"),
+                ));
+            }
         };
         let worker = hello.worker_id.clone();
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let (reply_tx, reply_rx) = oneshot::channel();
-        if !dispatcher.send(Command::Connect { hello, conn_id, tx: tx.clone(), reply: reply_tx }) {
+        if !dispatcher.send(Command::Connect {
+            hello,
+            conn_id,
+            tx: tx.clone(),
+            reply: reply_tx,
+        }) {
             return Err(self.slot.not_leader());
         }
         let welcome = reply_rx.await.map_err(|_| self.slot.not_leader())??;
         let term = welcome.term;
-        let _ = tx.send(Ok(proto::CoordinatorMessage { msg: Some(proto::coordinator_message::Msg::Welcome(welcome)) }));
+        let _ = tx.send(Ok(proto::CoordinatorMessage {
+            msg: Some(proto::coordinator_message::Msg::Welcome(welcome)),
+        }));
         drop(tx);
         let metrics = self.metrics.clone();
         let span = info_span!("worker_stream", worker = %worker, term, conn = conn_id);
@@ -97,9 +132,12 @@ impl proto::dispatch_server::Dispatch for DispatchService {
                         }
                     };
                     let cmd = match message.msg {
-                        Some(proto::worker_message::Msg::Credit(c)) => {
-                            Command::Credit { worker: worker.clone(), conn_id, controller: c.controller, n: c.n }
-                        }
+                        Some(proto::worker_message::Msg::Credit(c)) => Command::Credit {
+                            worker: worker.clone(),
+                            conn_id,
+                            controller: c.controller,
+                            n: c.n,
+                        },
                         Some(proto::worker_message::Msg::Done(batch)) => {
                             let mut done = Vec::with_capacity(batch.items.len());
                             for d in batch.items {
@@ -113,7 +151,11 @@ impl proto::dispatch_server::Dispatch for DispatchService {
                                     }
                                 }
                             }
-                            Command::Done { worker: worker.clone(), conn_id, done }
+                            Command::Done {
+                                worker: worker.clone(),
+                                conn_id,
+                                done,
+                            }
                         }
                         Some(proto::worker_message::Msg::Hello(_)) => {
                             metrics.bad("second_hello");

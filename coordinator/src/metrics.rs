@@ -58,29 +58,65 @@ impl FleetMetrics {
     /// Registers every family in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
-        registry.register("flotilla_dispatch_assigned", "Items sent to workers", m.assigned.clone());
-        registry.register("flotilla_dispatch_done", "Items reported done, by outcome", m.done.clone());
-        registry.register("flotilla_bad_input", "Refused peer input, by reason", m.bad_input.clone());
+        registry.register(
+            "flotilla_dispatch_assigned",
+            "Items sent to workers",
+            m.assigned.clone(),
+        );
+        registry.register(
+            "flotilla_dispatch_done",
+            "Items reported done, by outcome",
+            m.done.clone(),
+        );
+        registry.register(
+            "flotilla_bad_input",
+            "Refused peer input, by reason",
+            m.bad_input.clone(),
+        );
         registry.register(
             "flotilla_dispatch_reclaimed",
             "Items taken back from workers without a Done, by reason",
             m.reclaimed.clone(),
         );
-        registry.register("flotilla_shard_moves", "Shards that changed owner", m.shard_moves.clone());
-        registry.register("flotilla_read_your_writes_holds", "Keys held until their writes are observed", m.ryw_holds.clone());
+        registry.register(
+            "flotilla_shard_moves",
+            "Shards that changed owner",
+            m.shard_moves.clone(),
+        );
+        registry.register(
+            "flotilla_read_your_writes_holds",
+            "Keys held until their writes are observed",
+            m.ryw_holds.clone(),
+        );
         registry.register(
             "flotilla_read_your_writes_expired",
             "Read-your-writes holds released by the time bound",
             m.ryw_expired.clone(),
         );
-        registry.register("flotilla_is_leader", "1 while this coordinator leads", m.is_leader.clone());
-        registry.register("flotilla_leader_term", "The term this coordinator leads", m.term.clone());
-        registry.register("flotilla_dispatch_backlog", "Keys routed but not yet sent", m.backlog.clone());
+        registry.register(
+            "flotilla_is_leader",
+            "1 while this coordinator leads",
+            m.is_leader.clone(),
+        );
+        registry.register(
+            "flotilla_leader_term",
+            "The term this coordinator leads",
+            m.term.clone(),
+        );
+        registry.register(
+            "flotilla_dispatch_backlog",
+            "Keys routed but not yet sent",
+            m.backlog.clone(),
+        );
         m
     }
 
     /// Counts one refused input.
     pub fn bad(&self, reason: &str) {
-        self.bad_input.get_or_create(&ReasonLabel { reason: reason.to_owned() }).inc();
+        self.bad_input
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 }

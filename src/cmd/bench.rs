@@ -100,7 +100,10 @@ impl Clock {
     fn latencies_ms(&self, range: std::ops::Range<usize>) -> Vec<f64> {
         let mut v: Vec<f64> = range
             .filter_map(|i| {
-                let (e, s) = (self.enqueued[i].load(Ordering::Relaxed), self.started[i].load(Ordering::Relaxed));
+                let (e, s) = (
+                    self.enqueued[i].load(Ordering::Relaxed),
+                    self.started[i].load(Ordering::Relaxed),
+                );
                 (s >= e && s > 0).then(|| (s - e) as f64 / 1e6)
             })
             .collect();
@@ -119,7 +122,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
 }
 
 async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
@@ -143,10 +150,24 @@ async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
         let mut runs = Vec::new();
         for run in 0..args.runs {
             let fleet = format!("bench-{workers}-{run}");
-            let result = one_run(&args, &fleet, workers, &etcd, &kubeconfig, &kube_config, clock.clone()).await?;
+            let result = one_run(
+                &args,
+                &fleet,
+                workers,
+                &etcd,
+                &kubeconfig,
+                &kube_config,
+                clock.clone(),
+            )
+            .await?;
             eprintln!(
                 "workers={workers} run={run}: {:.0} keys/s, burst p50 {:.1} ms p99 {:.1} ms, paced at {:.0}/s p50 {:.2} ms p99 {:.2} ms",
-                result.keys_per_sec, result.burst_p50_ms, result.burst_p99_ms, result.paced_rate, result.paced_p50_ms, result.paced_p99_ms
+                result.keys_per_sec,
+                result.burst_p50_ms,
+                result.burst_p99_ms,
+                result.paced_rate,
+                result.paced_p50_ms,
+                result.paced_p99_ms
             );
             runs.push(result);
         }
@@ -175,7 +196,9 @@ async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(&args.output, serde_json::to_string_pretty(&result)?)?;
-    println!("| workers | keys/s (median) | burst p50 / p99 ms | paced rate keys/s | paced p50 / p99 ms |");
+    println!(
+        "| workers | keys/s (median) | burst p50 / p99 ms | paced rate keys/s | paced p50 / p99 ms |"
+    );
     println!("|---:|---:|---:|---:|---:|");
     for r in result["results"].as_array().into_iter().flatten() {
         let m = &r["median"];
@@ -218,17 +241,28 @@ async fn one_run(
             .reconcile(move |request, _ctx| {
                 let clock = clock.clone();
                 async move {
-                    if let Some(i) = request.key().strip_prefix("b/").and_then(|n| n.parse::<usize>().ok())
+                    if let Some(i) = request
+                        .key()
+                        .strip_prefix("b/")
+                        .and_then(|n| n.parse::<usize>().ok())
                         && let Some(slot) = clock.started.get(i)
                     {
-                        if slot.compare_exchange(0, clock.now(), Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+                        if slot
+                            .compare_exchange(0, clock.now(), Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok()
+                        {
                             clock.count.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     Ok::<_, Infallible>(Action::await_change())
                 }
             });
-        let mut wc = WorkerConfig::new(&format!("{fleet}-w{i}"), fleet, etcd.endpoints(), kube_config.clone());
+        let mut wc = WorkerConfig::new(
+            &format!("{fleet}-w{i}"),
+            fleet,
+            etcd.endpoints(),
+            kube_config.clone(),
+        );
         wc.kube_api_qps = 0.0;
         fleet_workers.push(Worker::start(wc, vec![controller.into()]).await?);
     }
@@ -238,7 +272,8 @@ async fn one_run(
         if let Ok(s) = super::status::fetch(&etcd.endpoints(), fleet).await {
             let connected = s.workers.iter().filter(|w| w.connected).count();
             let owned: u32 = s.workers.iter().map(|w| w.shards).sum();
-            let synced = s.informers.iter().all(|i| i.synced) && s.queues.iter().any(|q| q.controller == "bench");
+            let synced = s.informers.iter().all(|i| i.synced)
+                && s.queues.iter().any(|q| q.controller == "bench");
             if connected == workers && owned == s.shard_count && synced {
                 break;
             }
@@ -260,7 +295,9 @@ async fn one_run(
             bail!("the coordinator is not leading");
         }
     }
-    wait_count(&clock, args.keys, Duration::from_secs(120)).await.context("burst phase")?;
+    wait_count(&clock, args.keys, Duration::from_secs(120))
+        .await
+        .context("burst phase")?;
     let elapsed = start.elapsed().as_secs_f64();
     let keys_per_sec = args.keys as f64 / elapsed;
     let burst = clock.latencies_ms(0..args.keys);
@@ -284,7 +321,9 @@ async fn one_run(
         coordinator.enqueue("bench", (next..end).map(|i| format!("b/{i}")).collect());
         next = end;
     }
-    wait_count(&clock, paced_keys, Duration::from_secs(120)).await.context("paced phase")?;
+    wait_count(&clock, paced_keys, Duration::from_secs(120))
+        .await
+        .context("paced phase")?;
     let paced_rate = paced_keys as f64 / paced_start.elapsed().as_secs_f64();
     let paced = clock.latencies_ms(0..paced_keys);
 
@@ -306,7 +345,10 @@ async fn wait_count(clock: &Clock, n: usize, timeout: Duration) -> anyhow::Resul
     let deadline = Instant::now() + timeout;
     while clock.count.load(Ordering::Relaxed) < n {
         if Instant::now() > deadline {
-            bail!("only {} of {n} keys reconciled within {timeout:?}", clock.count.load(Ordering::Relaxed));
+            bail!(
+                "only {} of {n} keys reconciled within {timeout:?}",
+                clock.count.load(Ordering::Relaxed)
+            );
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }

@@ -67,7 +67,10 @@ impl Args {
     /// The coordinator configuration these flags describe.
     pub fn config(&self) -> CoordinatorConfig {
         let mut config = CoordinatorConfig::new(&self.fleet, self.etcd_endpoints.clone());
-        config.id = self.id.clone().unwrap_or_else(|| default_identity("coordinator"));
+        config.id = self
+            .id
+            .clone()
+            .unwrap_or_else(|| default_identity("coordinator"));
         config.kubeconfig = self.kubeconfig.clone();
         config.listen = self.listen;
         config.advertise = self.advertise.clone();

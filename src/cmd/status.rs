@@ -44,14 +44,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 ///
 /// # Errors
 /// When etcd cannot be reached, there is no leader, or the leader does not answer.
-pub async fn fetch(etcd_endpoints: &[String], fleet: &str) -> anyhow::Result<proto::StatusResponse> {
-    let etcd = connect_etcd(etcd_endpoints).await.context("cannot connect to etcd")?;
+pub async fn fetch(
+    etcd_endpoints: &[String],
+    fleet: &str,
+) -> anyhow::Result<proto::StatusResponse> {
+    let etcd = connect_etcd(etcd_endpoints)
+        .await
+        .context("cannot connect to etcd")?;
     let election = Election::new(etcd, FleetKeys::new(fleet).election());
-    let leader = election.leader().await?.with_context(|| format!("fleet {fleet:?} has no leader"))?;
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", leader.info.address))?
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(Duration::from_secs(5));
-    let channel = endpoint.connect().await.with_context(|| format!("cannot reach the leader at {}", leader.info.address))?;
+    let leader = election
+        .leader()
+        .await?
+        .with_context(|| format!("fleet {fleet:?} has no leader"))?;
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", leader.info.address))?
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(5));
+    let channel = endpoint
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the leader at {}", leader.info.address))?;
     let mut admin = proto::admin_client::AdminClient::new(channel);
     Ok(admin.status(proto::StatusRequest {}).await?.into_inner())
 }
@@ -74,10 +86,16 @@ pub fn to_json(s: &proto::StatusResponse) -> serde_json::Value {
 }
 
 fn print_text(s: &proto::StatusResponse) {
-    println!("leader   {} at {} (term {}), {} shards", s.leader_id, s.leader_address, s.term, s.shard_count);
+    println!(
+        "leader   {} at {} (term {}), {} shards",
+        s.leader_id, s.leader_address, s.term, s.shard_count
+    );
     println!("\nWORKER                           CONNECTED  CAPACITY  IN-FLIGHT  SHARDS");
     for w in &s.workers {
-        println!("{:<32} {:<10} {:>8}  {:>9}  {:>6}", w.id, w.connected, w.capacity, w.in_flight, w.shards);
+        println!(
+            "{:<32} {:<10} {:>8}  {:>9}  {:>6}",
+            w.id, w.connected, w.capacity, w.in_flight, w.shards
+        );
     }
     println!("\nCONTROLLER                       DEPTH  PROCESSING");
     for q in &s.queues {

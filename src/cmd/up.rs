@@ -47,7 +47,10 @@ struct Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -69,11 +72,16 @@ fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> anyhow::Res
         .stderr(log)
         .spawn()
         .with_context(|| format!("cannot start {}", program.display()))?;
-    Ok(Child { name: name.to_owned(), child })
+    Ok(Child {
+        name: name.to_owned(),
+        child,
+    })
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
 }
 
 /// A binary built next to this one.
@@ -81,7 +89,10 @@ fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     let me = std::env::current_exe()?;
     let path = me.with_file_name(name);
     if !path.exists() {
-        bail!("{} is missing; build every binary first: cargo build --workspace --bins", path.display());
+        bail!(
+            "{} is missing; build every binary first: cargo build --workspace --bins",
+            path.display()
+        );
     }
     Ok(path)
 }
@@ -116,7 +127,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ],
     )?];
     let client = wait_for_api(&kubeconfig).await?;
-    println!("  devcluster      http://{api} ({} simulated nodes), kubeconfig {}", args.nodes, kubeconfig.display());
+    println!(
+        "  devcluster      http://{api} ({} simulated nodes), kubeconfig {}",
+        args.nodes,
+        kubeconfig.display()
+    );
 
     let fleet = "demo";
     for i in 0..args.coordinators {
@@ -163,10 +178,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ],
         )?);
     }
-    println!("  fleet {fleet:?}     {} coordinators, {} greeting workers", args.coordinators, args.workers);
+    println!(
+        "  fleet {fleet:?}     {} coordinators, {} greeting workers",
+        args.coordinators, args.workers
+    );
 
     let greetings = apply_samples(&client, args.greetings).await?;
-    println!("  applied         Greeting CRD and {} Greetings in namespace demo", args.greetings);
+    println!(
+        "  applied         Greeting CRD and {} Greetings in namespace demo",
+        args.greetings
+    );
 
     let started = Instant::now();
     let mut last = String::new();
@@ -181,27 +202,46 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ),
             Err(_) => "no leader yet".into(),
         };
-        let line = format!("  progress        {done}/{} Greetings reconciled; {fleet_line}", args.greetings);
+        let line = format!(
+            "  progress        {done}/{} Greetings reconciled; {fleet_line}",
+            args.greetings
+        );
         if line != last {
             println!("{line}");
             last = line;
         }
         if done == args.greetings {
-            println!("all {} Greetings reconciled in {:.1}s", args.greetings, started.elapsed().as_secs_f64());
+            println!(
+                "all {} Greetings reconciled in {:.1}s",
+                args.greetings,
+                started.elapsed().as_secs_f64()
+            );
             break;
         }
         if started.elapsed() > args.timeout {
-            bail!("timed out after {:?}: {done}/{} Greetings reconciled; see the logs in {}", args.timeout, args.greetings, logs.display());
+            bail!(
+                "timed out after {:?}: {done}/{} Greetings reconciled; see the logs in {}",
+                args.timeout,
+                args.greetings,
+                logs.display()
+            );
         }
         for child in &mut children {
             if let Ok(Some(status)) = child.child.try_wait() {
-                bail!("{} exited ({status}); see {}", child.name, logs.join(format!("{}.log", child.name)).display());
+                bail!(
+                    "{} exited ({status}); see {}",
+                    child.name,
+                    logs.join(format!("{}.log", child.name)).display()
+                );
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     if args.keep_running {
-        println!("running; try: KUBECONFIG={} kubectl get greetings,configmaps -n demo", kubeconfig.display());
+        println!(
+            "running; try: KUBECONFIG={} kubectl get greetings,configmaps -n demo",
+            kubeconfig.display()
+        );
         println!("         flotilla status --fleet {fleet} --etcd-endpoints {endpoints}");
         println!("press Ctrl-C to stop");
         flotilla_common::shutdown_signal().await;
@@ -231,11 +271,15 @@ async fn wait_for_api(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
 }
 
 fn greeting_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.flotilla.dev", "v1", "Greeting"), "greetings")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.flotilla.dev", "v1", "Greeting"),
+        "greetings",
+    )
 }
 
 async fn apply_samples(client: &kube::Client, n: usize) -> anyhow::Result<Vec<String>> {
-    let crd: Value = serde_saphyr::from_str(GREETING_CRD).context("examples/greeting/crd.yaml is not valid YAML")?;
+    let crd: Value = serde_saphyr::from_str(GREETING_CRD)
+        .context("examples/greeting/crd.yaml is not valid YAML")?;
     let crds: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &ApiResource::from_gvk_with_plural(
@@ -243,13 +287,19 @@ async fn apply_samples(client: &kube::Client, n: usize) -> anyhow::Result<Vec<St
             "customresourcedefinitions",
         ),
     );
-    crds.create(&PostParams::default(), &serde_json::from_value(crd)?).await.context("cannot create the Greeting CRD")?;
+    crds.create(&PostParams::default(), &serde_json::from_value(crd)?)
+        .await
+        .context("cannot create the Greeting CRD")?;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "demo"}}))?)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "demo"}}))?,
+        )
         .await
         .context("cannot create namespace demo")?;
-    let greetings: Api<DynamicObject> = Api::namespaced_with(client.clone(), "demo", &greeting_resource());
+    let greetings: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "demo", &greeting_resource());
     let mut names = Vec::with_capacity(n);
     for i in 0..n {
         let name = format!("hello-{i}");
@@ -262,7 +312,13 @@ async fn apply_samples(client: &kube::Client, n: usize) -> anyhow::Result<Vec<St
         // The CRD is served a moment after it is created; retry the first create briefly.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match greetings.create(&PostParams::default(), &serde_json::from_value(object.clone())?).await {
+            match greetings
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(object.clone())?,
+                )
+                .await
+            {
                 Ok(_) => break,
                 Err(err) if Instant::now() < deadline => {
                     tracing::debug!(error = %err, "Greeting not accepted yet; retrying");
@@ -278,9 +334,14 @@ async fn apply_samples(client: &kube::Client, n: usize) -> anyhow::Result<Vec<St
 
 /// How many Greetings have their ConfigMap with the right message and an up-to-date observedGeneration.
 async fn reconciled(client: &kube::Client, names: &[String]) -> usize {
-    let greetings: Api<DynamicObject> = Api::namespaced_with(client.clone(), "demo", &greeting_resource());
-    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), "demo");
-    let (Ok(gs), Ok(cms)) = (greetings.list(&Default::default()).await, configmaps.list(&Default::default()).await) else {
+    let greetings: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "demo", &greeting_resource());
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "demo");
+    let (Ok(gs), Ok(cms)) = (
+        greetings.list(&Default::default()).await,
+        configmaps.list(&Default::default()).await,
+    ) else {
         return 0;
     };
     gs.items
@@ -289,10 +350,18 @@ async fn reconciled(client: &kube::Client, names: &[String]) -> usize {
         .filter(|g| {
             let name = g.metadata.name.clone().unwrap_or_default();
             let message = g.data.pointer("/spec/message").and_then(Value::as_str);
-            let observed = g.data.pointer("/status/observedGeneration").and_then(Value::as_i64);
+            let observed = g
+                .data
+                .pointer("/status/observedGeneration")
+                .and_then(Value::as_i64);
             let cm_ok = cms.items.iter().any(|cm| {
                 cm.metadata.name.as_deref() == Some(&format!("{name}-greeting"))
-                    && cm.data.as_ref().and_then(|d| d.get("message")).map(String::as_str) == message
+                    && cm
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get("message"))
+                        .map(String::as_str)
+                        == message
             });
             cm_ok && observed.is_some() && observed == g.metadata.generation
         })

@@ -22,7 +22,9 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let controllers = builtin_controllers(&args.controllers, &args.concurrency)?;
     if controllers.is_empty() {
-        anyhow::bail!("no controllers enabled (this build has no built-in controllers yet; run a custom controller binary such as greeting-controller)");
+        anyhow::bail!(
+            "no controllers enabled (this build has no built-in controllers yet; run a custom controller binary such as greeting-controller)"
+        );
     }
     flotilla_worker::run_with_flags(&args.worker, controllers).await
 }

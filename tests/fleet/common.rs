@@ -13,7 +13,13 @@ use crate::support::fleet::{Fleet, Proc};
 pub const JOURNAL_LABEL: (&str, &str) = ("flotilla.dev/probe", "journal");
 
 /// Creates `n` ConfigMaps `{prefix}-{i}` with `labels`, 16 at a time; returns key → resourceVersion.
-pub async fn create_configmaps(client: &kube::Client, ns: &str, prefix: &str, n: usize, label: (&str, &str)) -> HashMap<String, u64> {
+pub async fn create_configmaps(
+    client: &kube::Client,
+    ns: &str,
+    prefix: &str,
+    n: usize,
+    label: (&str, &str),
+) -> HashMap<String, u64> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     stream::iter(0..n)
         .map(|i| {
@@ -44,7 +50,11 @@ pub async fn touch(client: &kube::Client, keys: &[String], round: usize) -> Hash
                 let (ns, name) = key.split_once('/').expect("namespaced key");
                 let api: Api<ConfigMap> = Api::namespaced(client, ns);
                 let patched = api
-                    .patch(name, &PatchParams::default(), &Patch::Merge(json!({"data": {"round": round.to_string()}})))
+                    .patch(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"data": {"round": round.to_string()}})),
+                    )
                     .await?;
                 Ok::<_, kube::Error>((key, rv(&patched)))
             }
@@ -56,11 +66,21 @@ pub async fn touch(client: &kube::Client, keys: &[String], round: usize) -> Hash
 }
 
 fn rv(cm: &ConfigMap) -> u64 {
-    cm.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()).expect("numeric resourceVersion")
+    cm.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .expect("numeric resourceVersion")
 }
 
 /// A fleet-probe worker running the journal controller.
-pub fn journal_worker(fleet: &Fleet, id: &str, journal: &std::path::Path, reconcile_ms: u64, concurrency: u32) -> Proc {
+pub fn journal_worker(
+    fleet: &Fleet,
+    id: &str,
+    journal: &std::path::Path,
+    reconcile_ms: u64,
+    concurrency: u32,
+) -> Proc {
     fleet.worker(
         "fleet-probe",
         id,

@@ -27,7 +27,9 @@ async fn no_key_is_reconciled_twice_at_once_or_lost_when_a_worker_and_then_the_l
         ("c0".to_owned(), fleet.coordinator("c0", &[])),
         ("c1".to_owned(), fleet.coordinator("c1", &[])),
     ]);
-    let mut workers: Vec<_> = (0..3).map(|i| journal_worker(&fleet, &format!("w{i}"), &journal, 5, 20)).collect();
+    let mut workers: Vec<_> = (0..3)
+        .map(|i| journal_worker(&fleet, &format!("w{i}"), &journal, 5, 20))
+        .collect();
     fleet.wait_for_workers(3, Duration::from_secs(60)).await;
 
     let mut deaths = HashMap::new();
@@ -42,21 +44,41 @@ async fn no_key_is_reconciled_twice_at_once_or_lost_when_a_worker_and_then_the_l
             }
             2 => {
                 let leader = leader_id(&fleet).await;
-                coordinators.get_mut(&leader).expect("leader is one of ours").kill9().await;
+                coordinators
+                    .get_mut(&leader)
+                    .expect("leader is one of ours")
+                    .kill9()
+                    .await;
             }
             _ => {}
         }
     }
 
-    let done = wait_for(Duration::from_secs(120), "every key reconciled after its last change", || async {
-        let all = intervals(&read(&journal), &deaths, now_ns());
-        stale_keys(&all, &last_write).is_empty().then_some(all)
-    })
+    let done = wait_for(
+        Duration::from_secs(120),
+        "every key reconciled after its last change",
+        || async {
+            let all = intervals(&read(&journal), &deaths, now_ns());
+            stale_keys(&all, &last_write).is_empty().then_some(all)
+        },
+    )
     .await;
-    eprintln!("all keys reconciled after their last change at {:?}", t0.elapsed());
+    eprintln!(
+        "all keys reconciled after their last change at {:?}",
+        t0.elapsed()
+    );
     let found = overlaps(&done);
-    assert!(found.is_empty(), "{} overlapping reconciles, e.g. {:?}", found.len(), &found[..found.len().min(5)]);
+    assert!(
+        found.is_empty(),
+        "{} overlapping reconciles, e.g. {:?}",
+        found.len(),
+        &found[..found.len().min(5)]
+    );
     let reconciles = done.len();
-    assert!(reconciles >= keys.len(), "only {reconciles} reconciles for {} keys", keys.len());
+    assert!(
+        reconciles >= keys.len(),
+        "only {reconciles} reconciles for {} keys",
+        keys.len()
+    );
     drop(workers);
 }

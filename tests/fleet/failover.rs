@@ -38,7 +38,11 @@ async fn crash_failover(flags: &[&str]) -> Duration {
 
     let leader = leader_id(&fleet).await;
     let killed_at = now_ns();
-    if leader == "c0" { c0.kill9().await } else { c1.kill9().await }
+    if leader == "c0" {
+        c0.kill9().await
+    } else {
+        c1.kill9().await
+    }
     create_configmaps(&client, &ns, "after", 1, JOURNAL_LABEL).await;
     let start = reconciled(&journal, &format!("{ns}/after-0"), Duration::from_secs(30)).await;
     assert_ne!(leader_id(&fleet).await, leader);
@@ -48,13 +52,19 @@ async fn crash_failover(flags: &[&str]) -> Duration {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standby_dispatches_within_the_lease_plus_two_seconds_of_a_leader_crash() {
     let took = crash_failover(&[]).await;
-    assert!(took <= LEASE + Duration::from_secs(2), "the standby dispatched {took:?} after the leader died (lease {LEASE:?})");
+    assert!(
+        took <= LEASE + Duration::from_secs(2),
+        "the standby dispatched {took:?} after the leader died (lease {LEASE:?})"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hot_standby_dispatches_within_the_lease_plus_two_seconds_of_a_leader_crash() {
     let took = crash_failover(&["--hot-standby"]).await;
-    assert!(took <= LEASE + Duration::from_secs(2), "the hot standby dispatched {took:?} after the leader died (lease {LEASE:?})");
+    assert!(
+        took <= LEASE + Duration::from_secs(2),
+        "the hot standby dispatched {took:?} after the leader died (lease {LEASE:?})"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -69,21 +79,40 @@ async fn a_leader_stopped_with_sigterm_resigns_and_a_standby_leads_within_a_seco
     let _w = journal_worker(&fleet, "w0", &journal, 5, 10);
     fleet.wait_for_workers(1, Duration::from_secs(60)).await;
     // Both coordinators must be campaigning before the handover can be timed.
-    wait_for(Duration::from_secs(30), "the standby to campaign", || async {
-        let text = if leader_id(&fleet).await == "c0" { c1.log_text() } else { c0.log_text() };
-        text.contains("coordinator started").then_some(())
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "the standby to campaign",
+        || async {
+            let text = if leader_id(&fleet).await == "c0" {
+                c1.log_text()
+            } else {
+                c0.log_text()
+            };
+            text.contains("coordinator started").then_some(())
+        },
+    )
     .await;
 
     let leader = leader_id(&fleet).await;
     let stopped = Instant::now();
-    if leader == "c0" { c0.sigterm(Duration::from_secs(10)).await } else { c1.sigterm(Duration::from_secs(10)).await }
+    if leader == "c0" {
+        c0.sigterm(Duration::from_secs(10)).await
+    } else {
+        c1.sigterm(Duration::from_secs(10)).await
+    }
     let new_leader = wait_for(Duration::from_secs(10), "a new leader", || async {
-        fleet.leader().await.map(|l| l.info.id).filter(|id| *id != leader)
+        fleet
+            .leader()
+            .await
+            .map(|l| l.info.id)
+            .filter(|id| *id != leader)
     })
     .await;
     let took = stopped.elapsed();
-    assert!(took < Duration::from_secs(1), "{new_leader} led {took:?} after SIGTERM of {leader}");
+    assert!(
+        took < Duration::from_secs(1),
+        "{new_leader} led {took:?} after SIGTERM of {leader}"
+    );
 
     create_configmaps(&client, &ns, "after", 1, JOURNAL_LABEL).await;
     reconciled(&journal, &format!("{ns}/after-0"), Duration::from_secs(15)).await;

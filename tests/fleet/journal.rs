@@ -32,7 +32,9 @@ pub struct Interval {
 /// Reads every complete line (a line being written while we read is skipped).
 pub fn read(path: &Path) -> Vec<Entry> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 /// Pairs start and end lines into intervals. A start without an end is open until `deaths[worker]`
@@ -138,10 +140,25 @@ pub fn now_ns() -> u64 {
 
 #[test]
 fn the_overlap_check_finds_an_overlap_and_accepts_back_to_back_reconciles() {
-    let e = |w: &str, s, end| Entry { key: "ns/a".into(), worker: w.into(), start_ns: s, end_ns: end, rv: "1".into() };
-    let entries = vec![e("w1", 10, 0), e("w1", 10, 20), e("w2", 20, 0), e("w2", 20, 30)];
+    let e = |w: &str, s, end| Entry {
+        key: "ns/a".into(),
+        worker: w.into(),
+        start_ns: s,
+        end_ns: end,
+        rv: "1".into(),
+    };
+    let entries = vec![
+        e("w1", 10, 0),
+        e("w1", 10, 20),
+        e("w2", 20, 0),
+        e("w2", 20, 30),
+    ];
     assert!(overlaps(&intervals(&entries, &HashMap::new(), 100)).is_empty());
     let entries = vec![e("w1", 10, 0), e("w2", 15, 0), e("w2", 15, 30)];
     let deaths = HashMap::from([("w1".to_owned(), 18)]);
-    assert_eq!(overlaps(&intervals(&entries, &deaths, 100)).len(), 1, "an open start of a killed worker counts until its death");
+    assert_eq!(
+        overlaps(&intervals(&entries, &deaths, 100)).len(),
+        1,
+        "an open start of a killed worker counts until its death"
+    );
 }

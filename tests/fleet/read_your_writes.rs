@@ -18,7 +18,13 @@ use crate::support::wait::wait_for;
 async fn children(api: &Api<ConfigMap>) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for cm in api.list(&ListParams::default()).await.unwrap().items {
-        for owner in cm.metadata.owner_references.iter().flatten().filter(|o| o.controller == Some(true)) {
+        for owner in cm
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|o| o.controller == Some(true))
+        {
             *counts.entry(owner.name.clone()).or_default() += 1;
         }
     }
@@ -35,7 +41,18 @@ async fn a_controller_that_creates_a_child_per_reconcile_ends_with_exactly_one_c
     let keys: Vec<String> = parents.keys().cloned().collect();
     let _c0 = fleet.coordinator("c0", &[]);
     let _w: Vec<_> = (0..3)
-        .map(|i| fleet.worker("fleet-probe", &format!("w{i}"), &["--controllers", "one-child", "--concurrent-one-child-syncs", "10"]))
+        .map(|i| {
+            fleet.worker(
+                "fleet-probe",
+                &format!("w{i}"),
+                &[
+                    "--controllers",
+                    "one-child",
+                    "--concurrent-one-child-syncs",
+                    "10",
+                ],
+            )
+        })
         .collect();
     fleet.wait_for_workers(3, Duration::from_secs(60)).await;
     // Load: every parent is touched twice more while the children are being created.
@@ -43,20 +60,31 @@ async fn a_controller_that_creates_a_child_per_reconcile_ends_with_exactly_one_c
     touch(&client, &keys, 2).await;
 
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    wait_for(Duration::from_secs(60), "a child for every parent", || async {
-        let counts = children(&api).await;
-        (counts.len() == parents.len()).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(60),
+        "a child for every parent",
+        || async {
+            let counts = children(&api).await;
+            (counts.len() == parents.len()).then_some(())
+        },
+    )
     .await;
     // Let everything in flight finish before counting.
-    wait_for(Duration::from_secs(60), "the one-child queue to drain", || async {
-        let s = fleet.status().await?;
-        let q = s.queues.iter().find(|q| q.controller == "one-child")?;
-        (q.depth == 0 && q.processing == 0).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(60),
+        "the one-child queue to drain",
+        || async {
+            let s = fleet.status().await?;
+            let q = s.queues.iter().find(|q| q.controller == "one-child")?;
+            (q.depth == 0 && q.processing == 0).then_some(())
+        },
+    )
     .await;
     let counts = children(&api).await;
     let extra: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
-    assert!(extra.is_empty(), "parents without exactly one child: {extra:?}");
+    assert!(
+        extra.is_empty(),
+        "parents without exactly one child: {extra:?}"
+    );
     assert_eq!(counts.len(), parents.len());
 }

@@ -11,7 +11,8 @@ use crate::support::namespace::unique_namespace;
 use crate::support::wait::wait_for;
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_keys_of_a_killed_worker_run_elsewhere_after_its_lease_expires_and_within_ttl_plus_two_seconds() {
+async fn the_keys_of_a_killed_worker_run_elsewhere_after_its_lease_expires_and_within_ttl_plus_two_seconds()
+ {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
     let ns = unique_namespace(&client, "loss").await;
@@ -22,32 +23,51 @@ async fn the_keys_of_a_killed_worker_run_elsewhere_after_its_lease_expires_and_w
     let mut slow = journal_worker(&fleet, "slow", &journal, 600_000, 10);
     fleet.wait_for_workers(1, Duration::from_secs(60)).await;
     let keys = create_configmaps(&client, &ns, "k", 10, JOURNAL_LABEL).await;
-    wait_for(Duration::from_secs(30), "the slow worker to hold all 10 keys", || async {
-        let s = fleet.status().await?;
-        s.workers.iter().any(|w| w.id == "slow" && w.in_flight == 10).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "the slow worker to hold all 10 keys",
+        || async {
+            let s = fleet.status().await?;
+            s.workers
+                .iter()
+                .any(|w| w.id == "slow" && w.in_flight == 10)
+                .then_some(())
+        },
+    )
     .await;
     let _fast = journal_worker(&fleet, "fast", &journal, 5, 10);
     fleet.wait_for_workers(2, Duration::from_secs(30)).await;
 
     slow.kill9().await;
     let killed_at = now_ns();
-    let done = wait_for(LEASE + Duration::from_secs(10), "every key of the killed worker reconciled by the other", || async {
-        let finished: Vec<_> = intervals(&read(&journal), &Default::default(), now_ns())
-            .into_iter()
-            .filter(|i| i.worker == "fast" && !i.open && keys.contains_key(&i.key))
-            .collect();
-        let mut seen: Vec<&str> = finished.iter().map(|i| i.key.as_str()).collect();
-        seen.sort();
-        seen.dedup();
-        (seen.len() == keys.len()).then_some(finished)
-    })
+    let done = wait_for(
+        LEASE + Duration::from_secs(10),
+        "every key of the killed worker reconciled by the other",
+        || async {
+            let finished: Vec<_> = intervals(&read(&journal), &Default::default(), now_ns())
+                .into_iter()
+                .filter(|i| i.worker == "fast" && !i.open && keys.contains_key(&i.key))
+                .collect();
+            let mut seen: Vec<&str> = finished.iter().map(|i| i.key.as_str()).collect();
+            seen.sort();
+            seen.dedup();
+            (seen.len() == keys.len()).then_some(finished)
+        },
+    )
     .await;
     // The lease was renewed at most one renew interval (500 ms) before the kill; with etcd's expiry
     // granularity the keys must not move before ~2 s, and must move within TTL + 2 s.
     let earliest = done.iter().map(|i| i.start_ns).min().unwrap_or(0);
     let latest = done.iter().map(|i| i.start_ns).max().unwrap_or(0);
     let after = |ns: u64| Duration::from_nanos(ns.saturating_sub(killed_at));
-    assert!(after(earliest) >= LEASE - Duration::from_secs(1), "a key ran elsewhere {:?} after the kill, before the lease could expire", after(earliest));
-    assert!(after(latest) <= LEASE + Duration::from_secs(2), "the last key ran {:?} after the kill", after(latest));
+    assert!(
+        after(earliest) >= LEASE - Duration::from_secs(1),
+        "a key ran elsewhere {:?} after the kill, before the lease could expire",
+        after(earliest)
+    );
+    assert!(
+        after(latest) <= LEASE + Duration::from_secs(2),
+        "the last key ran {:?} after the kill",
+        after(latest)
+    );
 }

@@ -58,23 +58,34 @@ impl Proc {
     /// SIGTERM, then waits for the exit (bounded).
     pub async fn sigterm(&mut self, timeout: Duration) {
         let pid = self.pid();
-        let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status();
         match tokio::time::timeout(timeout, self.child.wait()).await {
             Ok(_) => {}
-            Err(_) => panic!("{} did not exit within {timeout:?} of SIGTERM; log: {}", self.name, self.log.display()),
+            Err(_) => panic!(
+                "{} did not exit within {timeout:?} of SIGTERM; log: {}",
+                self.name,
+                self.log.display()
+            ),
         }
     }
 
     /// The text of its `/metrics` (empty when it does not answer).
     pub async fn metrics_text(&self) -> String {
         let url = format!("http://{}/metrics", self.metrics);
-        tokio::task::spawn_blocking(move || http_get(&url)).await.unwrap_or_default()
+        tokio::task::spawn_blocking(move || http_get(&url))
+            .await
+            .unwrap_or_default()
     }
 
     /// The HTTP status of `path` on its ops port (0 when it does not answer).
     pub async fn http_status(&self, path: &str) -> u16 {
         let url = format!("http://{}{path}", self.metrics);
-        tokio::task::spawn_blocking(move || http_get_status(&url)).await.unwrap_or(0)
+        tokio::task::spawn_blocking(move || http_get_status(&url))
+            .await
+            .unwrap_or(0)
     }
 
     /// The process's log so far.
@@ -114,25 +125,47 @@ impl Drop for Fleet {
 impl Fleet {
     /// A fleet with a unique name on `etcd_endpoints`, using the cluster behind `kubeconfig`.
     pub fn new(etcd_endpoints: Vec<String>, kubeconfig: &Path) -> Self {
-        let dir = tempfile::Builder::new().prefix("flotilla-fleet-").tempdir().expect("temp dir");
+        let dir = tempfile::Builder::new()
+            .prefix("flotilla-fleet-")
+            .tempdir()
+            .expect("temp dir");
         let name = format!("t{}", super::namespace::random_suffix(8));
-        Self { name, etcd_endpoints, kubeconfig: kubeconfig.to_path_buf(), dir: Some(dir) }
+        Self {
+            name,
+            etcd_endpoints,
+            kubeconfig: kubeconfig.to_path_buf(),
+            dir: Some(dir),
+        }
     }
 
-    fn spawn(&self, name: &str, program: &Path, args: &[String], metrics: std::net::SocketAddr) -> Proc {
+    fn spawn(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        metrics: std::net::SocketAddr,
+    ) -> Proc {
         let log = self.dir().join(format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let err = file.try_clone().expect("log file");
         let child = tokio::process::Command::new(program)
             .args(args)
-            .env("RUST_LOG", std::env::var("FLOTILLA_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("FLOTILLA_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(err)
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
-        Proc { name: name.to_owned(), child, log, metrics }
+        Proc {
+            name: name.to_owned(),
+            child,
+            log,
+            metrics,
+        }
     }
 
     /// Starts `flotilla coordinator` with test timing (lease 3 s).
@@ -201,29 +234,42 @@ impl Fleet {
     /// The current leader, if any.
     pub async fn leader(&self) -> Option<Leadership> {
         let etcd = connect_etcd(&self.etcd_endpoints).await.ok()?;
-        Election::new(etcd, FleetKeys::new(&self.name).election()).leader().await.ok().flatten()
+        Election::new(etcd, FleetKeys::new(&self.name).election())
+            .leader()
+            .await
+            .ok()
+            .flatten()
     }
 
     /// The leader's status; `None` while there is no leader or it does not answer.
     pub async fn status(&self) -> Option<proto::StatusResponse> {
         let leader = self.leader().await?;
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", leader.info.address))
-            .ok()?
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(Duration::from_secs(2));
+        let endpoint =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", leader.info.address))
+                .ok()?
+                .connect_timeout(Duration::from_secs(1))
+                .timeout(Duration::from_secs(2));
         let channel = endpoint.connect().await.ok()?;
         let mut admin = proto::admin_client::AdminClient::new(channel);
-        admin.status(proto::StatusRequest {}).await.ok().map(|r| r.into_inner())
+        admin
+            .status(proto::StatusRequest {})
+            .await
+            .ok()
+            .map(|r| r.into_inner())
     }
 
     /// Waits until the leader reports `n` connected workers and every shard owned.
     pub async fn wait_for_workers(&self, n: usize, timeout: Duration) -> proto::StatusResponse {
-        wait_for(timeout, &format!("{n} connected workers owning all shards"), || async {
-            let s = self.status().await?;
-            let connected = s.workers.iter().filter(|w| w.connected).count();
-            let owned: u32 = s.workers.iter().map(|w| w.shards).sum();
-            (connected == n && owned == s.shard_count).then_some(s)
-        })
+        wait_for(
+            timeout,
+            &format!("{n} connected workers owning all shards"),
+            || async {
+                let s = self.status().await?;
+                let connected = s.workers.iter().filter(|w| w.connected).count();
+                let owned: u32 = s.workers.iter().map(|w| w.shards).sum();
+                (connected == n && owned == s.shard_count).then_some(s)
+            },
+        )
         .await
     }
 
@@ -241,20 +287,31 @@ pub fn free_addr() -> std::net::SocketAddr {
 
 /// The status code of a plain HTTP/1.0 GET on loopback; 0 on any failure.
 fn http_get_status(url: &str) -> u16 {
-    http_get_raw(url).split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+    http_get_raw(url)
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A plain HTTP/1.0 GET on loopback; the body, or empty on any failure.
 fn http_get(url: &str) -> String {
-    http_get_raw(url).split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
+    http_get_raw(url)
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
 }
 
 /// The whole response of a plain HTTP/1.0 GET on loopback, or empty on any failure.
 fn http_get_raw(url: &str) -> String {
     use std::io::{Read, Write};
-    let Some(rest) = url.strip_prefix("http://") else { return String::new() };
+    let Some(rest) = url.strip_prefix("http://") else {
+        return String::new();
+    };
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let Ok(mut stream) = std::net::TcpStream::connect(host) else { return String::new() };
+    let Ok(mut stream) = std::net::TcpStream::connect(host) else {
+        return String::new();
+    };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     if write!(stream, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").is_err() {
         return String::new();

@@ -79,7 +79,11 @@ impl Election {
     /// # Cancel safety
     /// Dropping the future abandons the campaign; the candidate key stays until the session ends, so a
     /// caller that gives up campaigning should also close the session.
-    pub async fn campaign(&self, session: &Session, info: &LeaderInfo) -> Result<Elected, ElectionError> {
+    pub async fn campaign(
+        &self,
+        session: &Session,
+        info: &LeaderInfo,
+    ) -> Result<Elected, ElectionError> {
         let value = serde_json::to_vec(info).map_err(ElectionError::BadValue)?;
         let mut client = self.client.clone();
         let lost = session.lost();
@@ -88,7 +92,10 @@ impl Election {
             () = lost.cancelled() => return Err(ElectionError::SessionLost),
             r = client.campaign(self.name.as_str(), value, session.lease_id()) => r.map_err(ElectionError::Etcd)?,
         };
-        let key = response.leader().cloned().ok_or(ElectionError::SessionLost)?;
+        let key = response
+            .leader()
+            .cloned()
+            .ok_or(ElectionError::SessionLost)?;
         Ok(Elected { key })
     }
 
@@ -116,16 +123,27 @@ impl Election {
         let resp = client
             .get(
                 format!("{}/", self.name),
-                Some(etcd_client::GetOptions::new().with_prefix().with_sort(
-                    etcd_client::SortTarget::Create,
-                    etcd_client::SortOrder::Ascend,
-                ).with_limit(1)),
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_sort(
+                            etcd_client::SortTarget::Create,
+                            etcd_client::SortOrder::Ascend,
+                        )
+                        .with_limit(1),
+                ),
             )
             .await
             .map_err(ElectionError::Etcd)?;
-        let Some(kv) = resp.kvs().first() else { return Ok(None) };
-        let info: LeaderInfo = serde_json::from_slice(kv.value()).map_err(ElectionError::BadValue)?;
-        Ok(Some(Leadership { info, term: u64::try_from(kv.create_revision()).unwrap_or(0) }))
+        let Some(kv) = resp.kvs().first() else {
+            return Ok(None);
+        };
+        let info: LeaderInfo =
+            serde_json::from_slice(kv.value()).map_err(ElectionError::BadValue)?;
+        Ok(Some(Leadership {
+            info,
+            term: u64::try_from(kv.create_revision()).unwrap_or(0),
+        }))
     }
 
     /// Every change of leader, starting with the current one (`None` while there is none). The stream
@@ -133,21 +151,24 @@ impl Election {
     /// retries after a short pause.
     pub fn observe(&self) -> impl Stream<Item = Option<Leadership>> + Send + 'static {
         let this = self.clone();
-        futures::stream::unfold((this, None::<Option<Leadership>>), |(this, last)| async move {
-            loop {
-                let current = match this.leader().await {
-                    Ok(current) => current,
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                        continue;
+        futures::stream::unfold(
+            (this, None::<Option<Leadership>>),
+            |(this, last)| async move {
+                loop {
+                    let current = match this.leader().await {
+                        Ok(current) => current,
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(250)).await;
+                            continue;
+                        }
+                    };
+                    if last.as_ref() != Some(&current) {
+                        return Some((current.clone(), (this, Some(current))));
                     }
-                };
-                if last.as_ref() != Some(&current) {
-                    return Some((current.clone(), (this, Some(current))));
+                    this.wait_for_change().await;
                 }
-                this.wait_for_change().await;
-            }
-        })
+            },
+        )
         .boxed()
     }
 
@@ -155,7 +176,10 @@ impl Election {
     async fn wait_for_change(&self) {
         let mut client = self.client.clone();
         let watched = client
-            .watch(format!("{}/", self.name), Some(etcd_client::WatchOptions::new().with_prefix()))
+            .watch(
+                format!("{}/", self.name),
+                Some(etcd_client::WatchOptions::new().with_prefix()),
+            )
             .await;
         let Ok(mut stream) = watched else {
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -177,7 +201,11 @@ impl Election {
         mut compares: Vec<Compare>,
         ops: Vec<TxnOp>,
     ) -> Result<bool, ElectionError> {
-        compares.push(Compare::create_revision(elected.key.key(), CompareOp::Equal, elected.key.rev()));
+        compares.push(Compare::create_revision(
+            elected.key.key(),
+            CompareOp::Equal,
+            elected.key.rev(),
+        ));
         let mut client = self.client.clone();
         let resp = client
             .txn(Txn::new().when(compares.clone()).and_then(ops))
@@ -187,9 +215,16 @@ impl Election {
             return Ok(true);
         }
         // Tell "deposed" from "another compare failed".
-        let leader_only = Txn::new()
-            .when(vec![Compare::create_revision(elected.key.key(), CompareOp::Equal, elected.key.rev())]);
+        let leader_only = Txn::new().when(vec![Compare::create_revision(
+            elected.key.key(),
+            CompareOp::Equal,
+            elected.key.rev(),
+        )]);
         let still = client.txn(leader_only).await.map_err(ElectionError::Etcd)?;
-        if still.succeeded() { Ok(false) } else { Err(ElectionError::Deposed(elected.term())) }
+        if still.succeeded() {
+            Ok(false)
+        } else {
+            Err(ElectionError::Deposed(elected.term()))
+        }
     }
 }

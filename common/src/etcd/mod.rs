@@ -15,6 +15,9 @@ pub async fn connect_etcd(endpoints: &[String]) -> Result<etcd_client::Client, e
     let options = etcd_client::ConnectOptions::new()
         .with_connect_timeout(std::time::Duration::from_secs(3))
         .with_timeout(std::time::Duration::from_secs(5))
-        .with_keep_alive(std::time::Duration::from_secs(2), std::time::Duration::from_secs(2));
+        .with_keep_alive(
+            std::time::Duration::from_secs(2),
+            std::time::Duration::from_secs(2),
+        );
     etcd_client::Client::connect(endpoints, Some(options)).await
 }

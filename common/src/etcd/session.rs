@@ -25,7 +25,11 @@ pub struct SessionConfig {
 
 impl Default for SessionConfig {
     fn default() -> Self {
-        Self { ttl: Duration::from_secs(5), renew_interval: Duration::from_secs(1), renew_deadline: Duration::from_secs(4) }
+        Self {
+            ttl: Duration::from_secs(5),
+            renew_interval: Duration::from_secs(1),
+            renew_deadline: Duration::from_secs(4),
+        }
     }
 }
 
@@ -37,7 +41,10 @@ impl SessionConfig {
     /// leases unreliable) or the renew interval is not under a third of it.
     pub fn validate(&self) -> Result<(), SessionError> {
         if self.ttl < Duration::from_secs(2) {
-            return Err(SessionError::Config(format!("lease ttl {:?} is under 2s", self.ttl)));
+            return Err(SessionError::Config(format!(
+                "lease ttl {:?} is under 2s",
+                self.ttl
+            )));
         }
         if self.renew_interval.is_zero() || self.renew_interval * 3 > self.ttl {
             return Err(SessionError::Config(format!(
@@ -93,16 +100,34 @@ impl Session {
         config.validate()?;
         let ttl_secs = i64::try_from(config.ttl.as_secs()).unwrap_or(i64::MAX);
         let granted_at = Instant::now();
-        let lease = client.clone().lease_grant(ttl_secs, None).await.map_err(SessionError::Etcd)?;
+        let lease = client
+            .clone()
+            .lease_grant(ttl_secs, None)
+            .await
+            .map_err(SessionError::Etcd)?;
         let lease_id = lease.id();
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
         let expires_at = granted_at + Duration::from_secs(u64::try_from(lease.ttl()).unwrap_or(0));
         let task = tokio::spawn(
-            keep_alive(client.clone(), lease_id, config, expires_at, lost.clone(), stop.clone())
-                .instrument(info_span!("session", lease = format_args!("{lease_id:x}"))),
+            keep_alive(
+                client.clone(),
+                lease_id,
+                config,
+                expires_at,
+                lost.clone(),
+                stop.clone(),
+            )
+            .instrument(info_span!("session", lease = format_args!("{lease_id:x}"))),
         );
-        Ok(Self { client, lease_id, config, lost, stop, task: Some(task) })
+        Ok(Self {
+            client,
+            lease_id,
+            config,
+            lost,
+            stop,
+            task: Some(task),
+        })
     }
 
     /// The lease id, for keys that should live as long as this session.
@@ -164,7 +189,9 @@ async fn keep_alive(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut channel: Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)> = None;
     loop {
-        let fence_at = expires_at.checked_sub(config.fence_margin()).unwrap_or(expires_at);
+        let fence_at = expires_at
+            .checked_sub(config.fence_margin())
+            .unwrap_or(expires_at);
         tokio::select! {
             biased;
             () = stop.cancelled() => return,

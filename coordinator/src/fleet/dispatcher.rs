@@ -22,13 +22,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::expectations::{Expected, Expectations};
+use super::expectations::{Expectations, Expected};
 use super::mapping::Routes;
 use super::messages::{ControllerSpec, Done, Hello, Outcome};
 use super::shards::{Parked, ShardState, ShardTable};
 use super::workers::{Connection, Outbound, WorkerState};
 use crate::config::CoordinatorConfig;
 use crate::informer::{InformerEvent, Informers};
+use prometheus_client::metrics::counter::Counter;
+
 use crate::metrics::{ControllerLabel, FleetMetrics, OutcomeLabel, ReasonLabel};
 use crate::queue::{QueueMetricsFamilies, WorkQueue};
 use crate::shard::{WorkerWeight, assign, shard_of};
@@ -37,17 +39,36 @@ use crate::shard::{WorkerWeight, assign, shard_of};
 #[derive(Debug)]
 pub enum Command {
     /// A worker said Hello on a new stream.
-    Connect { hello: Hello, conn_id: u64, tx: Outbound, reply: oneshot::Sender<Result<proto::Welcome, tonic::Status>> },
+    Connect {
+        hello: Hello,
+        conn_id: u64,
+        tx: Outbound,
+        reply: oneshot::Sender<Result<proto::Welcome, tonic::Status>>,
+    },
     /// A worker granted credits.
-    Credit { worker: String, conn_id: u64, controller: String, n: u32 },
+    Credit {
+        worker: String,
+        conn_id: u64,
+        controller: String,
+        n: u32,
+    },
     /// A worker finished items.
-    Done { worker: String, conn_id: u64, done: Vec<Done> },
+    Done {
+        worker: String,
+        conn_id: u64,
+        done: Vec<Done>,
+    },
     /// A worker's stream ended.
     Disconnected { worker: String, conn_id: u64 },
     /// Admin status.
-    Status { reply: oneshot::Sender<proto::StatusResponse> },
+    Status {
+        reply: oneshot::Sender<proto::StatusResponse>,
+    },
     /// Adds keys directly (benchmarks and tests drive the queue without objects).
-    Enqueue { controller: String, keys: Vec<String> },
+    Enqueue {
+        controller: String,
+        keys: Vec<String>,
+    },
 }
 
 /// A handle to the running dispatcher of the current term.
@@ -100,8 +121,14 @@ struct Registration {
 }
 
 enum RegistryEvent {
-    Up { id: String, lease_id: i64, capacity: u32 },
-    Down { id: String },
+    Up {
+        id: String,
+        lease_id: i64,
+        capacity: u32,
+    },
+    Down {
+        id: String,
+    },
 }
 
 struct ControllerState {
@@ -109,6 +136,40 @@ struct ControllerState {
     queue: WorkQueue<String>,
     synced: bool,
     next_resync: Option<Instant>,
+    /// Metric handles looked up once: the per-item path must not hash label sets.
+    counters: ControllerCounters,
+}
+
+struct ControllerCounters {
+    assigned: Counter,
+    success: Counter,
+    requeue_after: Counter,
+    error: Counter,
+}
+
+impl ControllerCounters {
+    fn new(metrics: &FleetMetrics, controller: &str) -> Self {
+        let done = |outcome: &str| {
+            metrics
+                .done
+                .get_or_create(&OutcomeLabel {
+                    controller: controller.to_owned(),
+                    outcome: outcome.to_owned(),
+                })
+                .clone()
+        };
+        Self {
+            assigned: metrics
+                .assigned
+                .get_or_create(&ControllerLabel {
+                    controller: controller.to_owned(),
+                })
+                .clone(),
+            success: done("success"),
+            requeue_after: done("requeue_after"),
+            error: done("error"),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -128,7 +189,13 @@ const TXN_CHUNK: usize = 60;
 
 /// Starts the dispatcher of one term; it runs until `stop` is cancelled or the term ends on its own
 /// (deposed, or etcd lost). The returned handle serves the gRPC services.
-pub fn spawn(ctx: TermContext, stop: CancellationToken) -> (DispatcherHandle, tokio::task::JoinHandle<Result<(), TermError>>) {
+pub fn spawn(
+    ctx: TermContext,
+    stop: CancellationToken,
+) -> (
+    DispatcherHandle,
+    tokio::task::JoinHandle<Result<(), TermError>>,
+) {
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
         let mut d = Dispatcher::new(ctx);
@@ -182,15 +249,30 @@ impl Dispatcher {
         }
     }
 
-    async fn run(&mut self, mut commands: mpsc::UnboundedReceiver<Command>, stop: CancellationToken) -> Result<(), TermError> {
+    async fn run(
+        &mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        stop: CancellationToken,
+    ) -> Result<(), TermError> {
         let mut events = self.ctx.informers.subscribe();
         let revision = self.load().await?;
         let (reg_tx, mut registry) = mpsc::unbounded_channel();
         let watch_stop = stop.child_token();
         let _watch_guard = watch_stop.clone().drop_guard();
-        tokio::spawn(watch_registry(self.ctx.etcd.clone(), self.keys.clone(), revision + 1, reg_tx, watch_stop));
+        tokio::spawn(watch_registry(
+            self.ctx.etcd.clone(),
+            self.keys.clone(),
+            revision + 1,
+            reg_tx,
+            watch_stop,
+        ));
         let mut tick = tokio::time::interval(Duration::from_millis(250));
-        info!(term = self.term, workers = self.workers.len(), controllers = self.controllers.len(), "leading");
+        info!(
+            term = self.term,
+            workers = self.workers.len(),
+            controllers = self.controllers.len(),
+            "leading"
+        );
         loop {
             let deadline = self.next_deadline();
             tokio::select! {
@@ -242,35 +324,56 @@ impl Dispatcher {
         let mut etcd = self.ctx.etcd.clone();
         let now = Instant::now();
         let workers = etcd
-            .get(self.keys.workers_prefix(), Some(GetOptions::new().with_prefix()))
+            .get(
+                self.keys.workers_prefix(),
+                Some(GetOptions::new().with_prefix()),
+            )
             .await
             .map_err(TermError::Etcd)?;
         let revision = workers.header().map_or(0, |h| h.revision());
         for kv in workers.kvs() {
-            let Some(id) = self.keys.parse_worker(kv.key()) else { continue };
-            let capacity = serde_json::from_slice::<Registration>(kv.value()).map(|r| r.capacity).unwrap_or(1);
-            self.workers.insert(id.to_owned(), WorkerState::registered(id, kv.lease(), capacity, now));
+            let Some(id) = self.keys.parse_worker(kv.key()) else {
+                continue;
+            };
+            let capacity = serde_json::from_slice::<Registration>(kv.value())
+                .map(|r| r.capacity)
+                .unwrap_or(1);
+            self.workers.insert(
+                id.to_owned(),
+                WorkerState::registered(id, kv.lease(), capacity, now),
+            );
         }
         let shards = etcd
-            .get(self.keys.shards_prefix(), Some(GetOptions::new().with_prefix().with_revision(revision)))
+            .get(
+                self.keys.shards_prefix(),
+                Some(GetOptions::new().with_prefix().with_revision(revision)),
+            )
             .await
             .map_err(TermError::Etcd)?;
         for kv in shards.kvs() {
-            let (Some(s), Ok(owner)) = (self.keys.parse_shard(kv.key()), std::str::from_utf8(kv.value())) else {
+            let (Some(s), Ok(owner)) = (
+                self.keys.parse_shard(kv.key()),
+                std::str::from_utf8(kv.value()),
+            ) else {
                 continue;
             };
             if s < self.shards.count() {
-                self.shards.set_state(s, ShardState::Owned(owner.to_owned()));
+                self.shards
+                    .set_state(s, ShardState::Owned(owner.to_owned()));
             }
         }
         let specs = etcd
-            .get(self.keys.controllers_prefix(), Some(GetOptions::new().with_prefix()))
+            .get(
+                self.keys.controllers_prefix(),
+                Some(GetOptions::new().with_prefix()),
+            )
             .await
             .map_err(TermError::Etcd)?;
         for kv in specs.kvs() {
-            match proto::ControllerSpec::decode(kv.value()).map_err(|e| e.to_string()).and_then(|p| {
-                ControllerSpec::try_from(p).map_err(|e| e.to_string())
-            }) {
+            match proto::ControllerSpec::decode(kv.value())
+                .map_err(|e| e.to_string())
+                .and_then(|p| ControllerSpec::try_from(p).map_err(|e| e.to_string()))
+            {
                 Ok(spec) => self.register_controller(spec),
                 Err(err) => warn!(error = %err, "ignoring an unreadable controller spec in etcd"),
             }
@@ -289,19 +392,41 @@ impl Dispatcher {
                 crate::queue::default_controller_rate_limiter()
             }
         };
-        let queue = WorkQueue::new(&spec.name, Box::new(limiter), self.ctx.queue_metrics.for_queue(&spec.name));
+        let queue = WorkQueue::new(
+            &spec.name,
+            Box::new(limiter),
+            self.ctx.queue_metrics.for_queue(&spec.name),
+        );
         self.routes.add(&spec);
         let next_resync = spec.resync.map(|r| Instant::now() + r);
         let name = spec.name.clone();
-        self.controllers.insert(name.clone(), ControllerState { spec, queue, synced: false, next_resync });
+        let counters = ControllerCounters::new(&self.ctx.metrics, &name);
+        self.controllers.insert(
+            name.clone(),
+            ControllerState {
+                spec,
+                queue,
+                synced: false,
+                next_resync,
+                counters,
+            },
+        );
         self.check_synced(&name);
     }
 
     /// Opens the sync gate of `controller` once every informer it needs has synced, enqueueing every
     /// primary object (the initial list, or the re-enqueue of a takeover).
     fn check_synced(&mut self, controller: &str) {
-        let Some(state) = self.controllers.get_mut(controller) else { return };
-        if state.synced || !state.spec.kinds().iter().all(|k| self.ctx.informers.is_synced(k)) {
+        let Some(state) = self.controllers.get_mut(controller) else {
+            return;
+        };
+        if state.synced
+            || !state
+                .spec
+                .kinds()
+                .iter()
+                .all(|k| self.ctx.informers.is_synced(k))
+        {
             return;
         }
         state.synced = true;
@@ -317,21 +442,46 @@ impl Dispatcher {
 
     async fn handle(&mut self, cmd: Command) -> Result<(), TermError> {
         match cmd {
-            Command::Connect { hello, conn_id, tx, reply } => {
+            Command::Connect {
+                hello,
+                conn_id,
+                tx,
+                reply,
+            } => {
                 let result = self.connect(hello, conn_id, tx).await?;
                 let _ = reply.send(result);
             }
-            Command::Credit { worker, conn_id, controller, n } => {
-                let Some(w) = self.workers.get_mut(&worker).filter(|w| w.conn.as_ref().is_some_and(|c| c.id == conn_id)) else {
+            Command::Credit {
+                worker,
+                conn_id,
+                controller,
+                n,
+            } => {
+                let Some(w) = self
+                    .workers
+                    .get_mut(&worker)
+                    .filter(|w| w.conn.as_ref().is_some_and(|c| c.id == conn_id))
+                else {
                     return Ok(());
                 };
                 if !w.grant(&controller, n) {
                     self.ctx.metrics.bad("credit_for_unknown_controller");
-                    warn!(worker, controller, "credit for a controller the worker did not register; ignored");
+                    warn!(
+                        worker,
+                        controller, "credit for a controller the worker did not register; ignored"
+                    );
                 }
             }
-            Command::Done { worker, conn_id, done } => {
-                let current = self.workers.get(&worker).and_then(|w| w.conn.as_ref()).is_some_and(|c| c.id == conn_id);
+            Command::Done {
+                worker,
+                conn_id,
+                done,
+            } => {
+                let current = self
+                    .workers
+                    .get(&worker)
+                    .and_then(|w| w.conn.as_ref())
+                    .is_some_and(|c| c.id == conn_id);
                 if !current {
                     // A stale stream: the worker's Hello on its new stream settled what it holds.
                     return Ok(());
@@ -344,7 +494,10 @@ impl Dispatcher {
                 if let Some(w) = self.workers.get_mut(&worker)
                     && w.conn.as_ref().is_some_and(|c| c.id == conn_id)
                 {
-                    info!(worker, "worker stream ended; its items stay held until it returns or its lease expires");
+                    info!(
+                        worker,
+                        "worker stream ended; its items stay held until it returns or its lease expires"
+                    );
                     w.conn = None;
                     w.disconnected_since = Some(Instant::now());
                     for credits in w.credits.values_mut() {
@@ -366,7 +519,12 @@ impl Dispatcher {
         Ok(())
     }
 
-    async fn connect(&mut self, hello: Hello, conn_id: u64, tx: Outbound) -> Result<Result<proto::Welcome, tonic::Status>, TermError> {
+    async fn connect(
+        &mut self,
+        hello: Hello,
+        conn_id: u64,
+        tx: Outbound,
+    ) -> Result<Result<proto::Welcome, tonic::Status>, TermError> {
         let id = hello.worker_id.clone();
         if hello.known_term > self.term {
             self.ctx.metrics.bad("stale_term");
@@ -390,7 +548,10 @@ impl Dispatcher {
         let mut accepted = Vec::new();
         for (spec, concurrency) in hello.controllers {
             // Decide before awaiting: a queue is not Sync, so no borrow of it may live across an await.
-            let known = self.controllers.get(&spec.name).map(|existing| existing.spec == spec);
+            let known = self
+                .controllers
+                .get(&spec.name)
+                .map(|existing| existing.spec == spec);
             match known {
                 Some(false) => {
                     self.ctx.metrics.bad("controller_spec_mismatch");
@@ -409,16 +570,28 @@ impl Dispatcher {
         }
         // Reconcile what the worker says it holds with what this leader thinks it holds.
         let held: HashSet<(u64, u64)> = hello.held.iter().map(|h| (h.term, h.item_id)).collect();
-        let ours: Vec<(u64, u64)> = self.workers.get(&id).map(|w| w.items.iter().copied().collect()).unwrap_or_default();
+        let ours: Vec<(u64, u64)> = self
+            .workers
+            .get(&id)
+            .map(|w| w.items.iter().copied().collect())
+            .unwrap_or_default();
         for item_id in ours {
             if !held.contains(&item_id) {
                 // Finished while the stream was down, or never received: run it again to be sure.
-                self.ctx.metrics.reclaimed.get_or_create(&ReasonLabel { reason: "not_held_at_reconnect".into() }).inc();
+                self.ctx
+                    .metrics
+                    .reclaimed
+                    .get_or_create(&ReasonLabel {
+                        reason: "not_held_at_reconnect".into(),
+                    })
+                    .inc();
                 self.reclaim(item_id);
             }
         }
         let Some(w) = self.workers.get_mut(&id) else {
-            return Ok(Err(tonic::Status::permission_denied(format!("worker {id} lost its registration"))));
+            return Ok(Err(tonic::Status::permission_denied(format!(
+                "worker {id} lost its registration"
+            ))));
         };
         for h in &hello.held {
             if h.term >= self.term || self.items.contains_key(&(h.term, h.item_id)) {
@@ -428,10 +601,17 @@ impl Dispatcher {
             self.shards.item_out(shard);
             *w.in_flight.entry(h.controller.clone()).or_default() += 1;
             w.items.insert((h.term, h.item_id));
-            self.foreign_keys.insert((h.controller.clone(), h.key.clone()));
+            self.foreign_keys
+                .insert((h.controller.clone(), h.key.clone()));
             self.items.insert(
                 (h.term, h.item_id),
-                Item { controller: h.controller.clone(), key: h.key.clone(), worker: id.clone(), shard, foreign: true },
+                Item {
+                    controller: h.controller.clone(),
+                    key: h.key.clone(),
+                    worker: id.clone(),
+                    shard,
+                    foreign: true,
+                },
             );
         }
         w.concurrency = accepted.into_iter().collect();
@@ -443,18 +623,34 @@ impl Dispatcher {
         let shards = self.shards.owned_by(&id);
         self.needs_rebalance = true;
         info!(worker = %id, held = hello.held.len(), shards = shards.len(), "worker connected");
-        Ok(Ok(proto::Welcome { term: self.term, leader_id: self.ctx.leader.id.clone(), shards, rejected }))
+        Ok(Ok(proto::Welcome {
+            term: self.term,
+            leader_id: self.ctx.leader.id.clone(),
+            shards,
+            rejected,
+        }))
     }
 
     async fn confirm_registration(&mut self, id: &str, lease_id: i64) -> Result<bool, TermError> {
         let mut etcd = self.ctx.etcd.clone();
-        let resp = etcd.get(self.keys.worker(id), None).await.map_err(TermError::Etcd)?;
-        let Some(kv) = resp.kvs().first() else { return Ok(false) };
+        let resp = etcd
+            .get(self.keys.worker(id), None)
+            .await
+            .map_err(TermError::Etcd)?;
+        let Some(kv) = resp.kvs().first() else {
+            return Ok(false);
+        };
         if kv.lease() != lease_id {
             return Ok(false);
         }
-        let capacity = serde_json::from_slice::<Registration>(kv.value()).map(|r| r.capacity).unwrap_or(1);
-        self.on_registry(RegistryEvent::Up { id: id.to_owned(), lease_id, capacity });
+        let capacity = serde_json::from_slice::<Registration>(kv.value())
+            .map(|r| r.capacity)
+            .unwrap_or(1);
+        self.on_registry(RegistryEvent::Up {
+            id: id.to_owned(),
+            lease_id,
+            capacity,
+        });
         Ok(true)
     }
 
@@ -462,7 +658,11 @@ impl Dispatcher {
         let encoded = super::spec_codec::encode(spec);
         self.ctx
             .election
-            .fenced_txn(&self.ctx.elected, vec![], vec![TxnOp::put(self.keys.controller(&spec.name), encoded, None)])
+            .fenced_txn(
+                &self.ctx.elected,
+                vec![],
+                vec![TxnOp::put(self.keys.controller(&spec.name), encoded, None)],
+            )
             .await?;
         Ok(())
     }
@@ -475,33 +675,39 @@ impl Dispatcher {
             Some(item) if item.worker == worker => {}
             _ => {
                 self.ctx.metrics.bad("done_for_unknown_item");
-                warn!(worker, term = d.term, item = d.item_id, "Done for an item the worker does not hold; ignored");
+                warn!(
+                    worker,
+                    term = d.term,
+                    item = d.item_id,
+                    "Done for an item the worker does not hold; ignored"
+                );
                 return;
             }
         }
-        let Some(item) = self.items.remove(&id) else { return };
-        self.release(&item, id);
-        let outcome = match d.outcome {
-            Outcome::Success => "success",
-            Outcome::RequeueAfter(_) => "requeue_after",
-            Outcome::Error => "error",
+        let Some(item) = self.items.remove(&id) else {
+            return;
         };
-        self.ctx
-            .metrics
-            .done
-            .get_or_create(&OutcomeLabel { controller: item.controller.clone(), outcome: outcome.into() })
-            .inc();
+        self.release(&item, id);
         if d.outcome == Outcome::Error {
             debug!(controller = %item.controller, key = %item.key, error = %d.error, "reconcile failed; retrying with backoff");
         }
-        let Some(state) = self.controllers.get_mut(&item.controller) else { return };
+        let Some(state) = self.controllers.get_mut(&item.controller) else {
+            return;
+        };
         match d.outcome {
-            Outcome::Success => state.queue.forget(&item.key),
+            Outcome::Success => {
+                state.counters.success.inc();
+                state.queue.forget(&item.key);
+            }
             Outcome::RequeueAfter(after) => {
+                state.counters.requeue_after.inc();
                 state.queue.forget(&item.key);
                 state.queue.add_after(item.key.clone(), after);
             }
-            Outcome::Error => state.queue.add_rate_limited(item.key.clone()),
+            Outcome::Error => {
+                state.counters.error.inc();
+                state.queue.add_rate_limited(item.key.clone());
+            }
         }
         if item.foreign {
             self.finish_foreign(&item.controller, &item.key);
@@ -510,9 +716,13 @@ impl Dispatcher {
         // Read-your-writes: hold the key (keep it processing) until the cache shows every write.
         let mut unobserved = Vec::new();
         for w in d.writes {
-            let Some(expected) = Expected::of(w.op, w.resource_version) else { continue };
+            let Some(expected) = Expected::of(w.op, w.resource_version) else {
+                continue;
+            };
             // Only kinds with an informer can be observed; others would hold the key for nothing.
-            let Some(store) = self.ctx.informers.store(&w.kind) else { continue };
+            let Some(store) = self.ctx.informers.store(&w.kind) else {
+                continue;
+            };
             let cached = store.get(&w.key).map(|o| o.resource_version);
             if !expected.satisfied_by(cached) {
                 unobserved.push((w.kind, w.key, expected));
@@ -522,8 +732,12 @@ impl Dispatcher {
             state.queue.done(&item.key);
         } else {
             let deadline = Instant::now() + self.ctx.config.expectations_timeout;
-            self.expectations.hold(&item.controller, &item.key, unobserved, deadline);
-            self.ctx.metrics.ryw_holds.set(i64::try_from(self.expectations.len()).unwrap_or(i64::MAX));
+            self.expectations
+                .hold(&item.controller, &item.key, unobserved, deadline);
+            self.ctx
+                .metrics
+                .ryw_holds
+                .set(i64::try_from(self.expectations.len()).unwrap_or(i64::MAX));
         }
     }
 
@@ -535,14 +749,18 @@ impl Dispatcher {
                 *n = n.saturating_sub(1);
             }
         }
-        if self.shards.item_back(item.shard) == 0 && matches!(self.shards.state(item.shard), ShardState::Moving { .. }) {
+        if self.shards.item_back(item.shard) == 0
+            && matches!(self.shards.state(item.shard), ShardState::Moving { .. })
+        {
             self.pending_moves.insert(item.shard);
         }
     }
 
     /// Takes an item back without a Done and runs its key again.
     fn reclaim(&mut self, id: (u64, u64)) {
-        let Some(item) = self.items.remove(&id) else { return };
+        let Some(item) = self.items.remove(&id) else {
+            return;
+        };
         self.release(&item, id);
         if item.foreign {
             self.finish_foreign(&item.controller, &item.key);
@@ -575,62 +793,93 @@ impl Dispatcher {
             let ready: Vec<String> = self
                 .workers
                 .values()
-                .filter(|w| w.is_dispatchable() && w.credits(&name) > 0 && w.backlog.get(&name).is_some_and(|b| !b.is_empty()))
+                .filter(|w| {
+                    w.is_dispatchable()
+                        && w.credits(&name) > 0
+                        && w.backlog.get(&name).is_some_and(|b| !b.is_empty())
+                })
                 .map(|w| w.id.clone())
                 .collect();
             for worker in ready {
                 self.drain_backlog(&worker, &name);
             }
-            loop {
-                let Some(state) = self.controllers.get_mut(&name) else { break };
+            // Pull only while someone can take work, so the queue (and workqueue_depth) keeps what
+            // nobody can run yet. Counted once: each key sent at once uses one credit, a key routed to
+            // a busy worker's backlog uses none.
+            let mut credits: u64 = self
+                .workers
+                .values()
+                .filter(|w| w.is_dispatchable())
+                .map(|w| u64::from(w.credits(&name)))
+                .sum();
+            while credits > 0 {
+                let Some(state) = self.controllers.get_mut(&name) else {
+                    break;
+                };
                 if !state.synced {
                     break;
                 }
-                // Pull only while someone can take work, so the queue (and workqueue_depth) keeps what
-                // nobody can run yet.
-                if !self.workers.values().any(|w| w.is_dispatchable() && w.credits(&name) > 0) {
-                    break;
-                }
                 let Some(key) = state.queue.get() else { break };
-                self.route(name.clone(), key);
+                if self.route(name.clone(), key) {
+                    credits -= 1;
+                }
             }
         }
-        let backlog = self.workers.values().map(WorkerState::backlog_len).sum::<usize>() + self.shards.parked_len();
-        self.ctx.metrics.backlog.set(i64::try_from(backlog).unwrap_or(i64::MAX));
+        let backlog = self
+            .workers
+            .values()
+            .map(WorkerState::backlog_len)
+            .sum::<usize>()
+            + self.shards.parked_len();
+        self.ctx
+            .metrics
+            .backlog
+            .set(i64::try_from(backlog).unwrap_or(i64::MAX));
     }
 
     /// Sends `key` (processing in its queue) to the owner of its shard, or keeps it until it can be sent.
-    fn route(&mut self, controller: String, key: String) {
+    /// Returns whether it was sent (using one credit).
+    fn route(&mut self, controller: String, key: String) -> bool {
         let pair = (controller, key);
         if self.foreign_keys.contains(&pair) {
             self.deferred.insert(pair);
-            return;
+            return false;
         }
         let (controller, key) = pair;
         let shard = shard_of(&controller, &key, self.shards.count());
         let Some(owner) = self.shards.dispatch_owner(shard).map(str::to_owned) else {
             self.shards.park(shard, Parked { controller, key });
-            return;
+            return false;
         };
         let Some(w) = self.workers.get_mut(&owner) else {
             self.shards.park(shard, Parked { controller, key });
-            return;
+            return false;
         };
         let backlog_empty = w.backlog.get(&controller).is_none_or(|b| b.is_empty());
         if w.is_dispatchable() && w.credits(&controller) > 0 && backlog_empty {
             self.send_item(&owner, controller, key, shard);
+            true
         } else {
-            w.backlog.entry(controller).or_default().push_back((key, shard));
+            w.backlog
+                .entry(controller)
+                .or_default()
+                .push_back((key, shard));
+            false
         }
     }
 
     fn drain_backlog(&mut self, worker: &str, controller: &str) {
         loop {
-            let Some(w) = self.workers.get_mut(worker) else { return };
+            let Some(w) = self.workers.get_mut(worker) else {
+                return;
+            };
             if !w.is_dispatchable() || w.credits(controller) == 0 {
                 return;
             }
-            let Some((key, shard)) = w.backlog.get_mut(controller).and_then(|b| b.pop_front()) else { return };
+            let Some((key, shard)) = w.backlog.get_mut(controller).and_then(|b| b.pop_front())
+            else {
+                return;
+            };
             self.send_item(worker, controller.to_owned(), key, shard);
         }
     }
@@ -638,41 +887,71 @@ impl Dispatcher {
     fn send_item(&mut self, worker: &str, controller: String, key: String, shard: u32) {
         let item_id = self.next_item;
         self.next_item += 1;
-        let Some(state) = self.controllers.get(&controller) else { return };
+        let Some(state) = self.controllers.get(&controller) else {
+            return;
+        };
+        state.counters.assigned.inc();
         let attempt = state.queue.num_requeues(&key);
         let (object, prefetched) = self.payload(&state.spec, &key);
-        let Some(w) = self.workers.get_mut(worker) else { return };
+        let Some(w) = self.workers.get_mut(worker) else {
+            return;
+        };
         if let Some(c) = w.credits.get_mut(&controller) {
             *c -= 1;
         }
         *w.in_flight.entry(controller.clone()).or_default() += 1;
         w.items.insert((self.term, item_id));
         self.shards.item_out(shard);
-        self.ctx.metrics.assigned.get_or_create(&ControllerLabel { controller: controller.clone() }).inc();
-        self.outbox.entry(worker.to_owned()).or_default().push(proto::Assign {
-            item_id,
-            term: self.term,
-            controller: controller.clone(),
-            key: key.clone(),
-            shard,
-            attempt,
-            object,
-            prefetched,
-            traceparent: String::new(),
-        });
-        self.items.insert((self.term, item_id), Item { controller, key, worker: worker.to_owned(), shard, foreign: false });
+        self.outbox
+            .entry(worker.to_owned())
+            .or_default()
+            .push(proto::Assign {
+                item_id,
+                term: self.term,
+                controller: controller.clone(),
+                key: key.clone(),
+                shard,
+                attempt,
+                object,
+                prefetched,
+                traceparent: String::new(),
+            });
+        self.items.insert(
+            (self.term, item_id),
+            Item {
+                controller,
+                key,
+                worker: worker.to_owned(),
+                shard,
+                foreign: false,
+            },
+        );
     }
 
     /// The primary object and the prefetched related objects, straight from the cache's serialization.
-    fn payload(&self, spec: &ControllerSpec, key: &str) -> (bytes::Bytes, Vec<proto::PrefetchedObject>) {
-        let Some(object) = self.ctx.informers.store(&spec.primary).and_then(|s| s.get(key)) else {
+    fn payload(
+        &self,
+        spec: &ControllerSpec,
+        key: &str,
+    ) -> (bytes::Bytes, Vec<proto::PrefetchedObject>) {
+        let Some(object) = self
+            .ctx
+            .informers
+            .store(&spec.primary)
+            .and_then(|s| s.get(key))
+        else {
             return (bytes::Bytes::new(), Vec::new());
         };
         let mut prefetched = Vec::new();
         for kind in &spec.prefetch_owned {
-            let Some(store) = self.ctx.informers.store(kind) else { continue };
+            let Some(store) = self.ctx.informers.store(kind) else {
+                continue;
+            };
             for owned in store.by_owner_uid(&object.uid) {
-                prefetched.push(proto::PrefetchedObject { kind: Some(kind.into()), object: owned.json.clone() });
+                prefetched.push(proto::PrefetchedObject {
+                    kind: Some(kind.into()),
+                    object: owned.json.clone(),
+                });
             }
         }
         (object.json.clone(), prefetched)
@@ -683,7 +962,9 @@ impl Dispatcher {
             if let Some(w) = self.workers.get(&worker) {
                 // A failed send means the stream just broke: the items stay held by the worker until it
                 // reports them in its next Hello or its lease expires.
-                w.send(proto::coordinator_message::Msg::Assign(proto::AssignBatch { items }));
+                w.send(proto::coordinator_message::Msg::Assign(
+                    proto::AssignBatch { items },
+                ));
             }
         }
     }
@@ -694,7 +975,9 @@ impl Dispatcher {
         let mut keys = Vec::new();
         match ev {
             InformerEvent::Applied { old, new } => {
-                let released = self.expectations.observe(&new.kind, &new.key(), Some(new.resource_version));
+                let released =
+                    self.expectations
+                        .observe(&new.kind, &new.key(), Some(new.resource_version));
                 self.release_holds(released);
                 self.routes.keys_for(&new, &self.ctx.informers, &mut keys);
                 if let Some(old) = old {
@@ -729,13 +1012,19 @@ impl Dispatcher {
                 state.queue.done(&key);
             }
         }
-        self.ctx.metrics.ryw_holds.set(i64::try_from(self.expectations.len()).unwrap_or(i64::MAX));
+        self.ctx
+            .metrics
+            .ryw_holds
+            .set(i64::try_from(self.expectations.len()).unwrap_or(i64::MAX));
     }
 
     // ---- time ----------------------------------------------------------------------------------
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.controllers.values().filter_map(|c| c.queue.next_deadline()).min()
+        self.controllers
+            .values()
+            .filter_map(|c| c.queue.next_deadline())
+            .min()
     }
 
     fn promote_due(&mut self) {
@@ -765,7 +1054,10 @@ impl Dispatcher {
         let expired = self.expectations.expire(now);
         if !expired.is_empty() {
             self.ctx.metrics.ryw_expired.inc_by(expired.len() as u64);
-            warn!(keys = expired.len(), "writes not observed within the bound; dispatching anyway");
+            warn!(
+                keys = expired.len(),
+                "writes not observed within the bound; dispatching anyway"
+            );
             self.release_holds(expired);
         }
         self.fence_silent_workers(now).await?;
@@ -778,7 +1070,10 @@ impl Dispatcher {
         for id in free {
             self.free_worker(&id, "lease_expired");
         }
-        let all_connected = self.workers.values().all(|w| w.handshaken || w.lease_id.is_none());
+        let all_connected = self
+            .workers
+            .values()
+            .all(|w| w.handshaken || w.lease_id.is_none());
         if self.needs_rebalance && (all_connected || now >= self.settle_until) {
             self.rebalance().await?;
         }
@@ -793,12 +1088,20 @@ impl Dispatcher {
         let silent: Vec<(String, i64)> = self
             .workers
             .values()
-            .filter(|w| w.conn.is_none() && w.fenced_until.is_none() && w.disconnected_since.is_some_and(|t| now >= t + grace))
+            .filter(|w| {
+                w.conn.is_none()
+                    && w.fenced_until.is_none()
+                    && w.disconnected_since.is_some_and(|t| now >= t + grace)
+            })
             .filter_map(|w| w.lease_id.map(|l| (w.id.clone(), l)))
             .collect();
         for (id, lease) in silent {
             let mut etcd = self.ctx.etcd.clone();
-            let ttl = etcd.lease_time_to_live(lease, None).await.map(|r| r.granted_ttl()).unwrap_or(0);
+            let ttl = etcd
+                .lease_time_to_live(lease, None)
+                .await
+                .map(|r| r.granted_ttl())
+                .unwrap_or(0);
             let ttl = Duration::from_secs(u64::try_from(ttl).unwrap_or(0).max(1));
             warn!(worker = %id, "worker silent beyond the reconnect grace; revoking its lease");
             if let Err(err) = etcd.lease_revoke(lease).await {
@@ -813,17 +1116,29 @@ impl Dispatcher {
 
     fn on_registry(&mut self, ev: RegistryEvent) {
         match ev {
-            RegistryEvent::Up { id, lease_id, capacity } => {
+            RegistryEvent::Up {
+                id,
+                lease_id,
+                capacity,
+            } => {
                 let now = Instant::now();
                 match self.workers.get_mut(&id) {
-                    Some(w) if w.lease_id == Some(lease_id) => w.capacity = w.capacity.max(capacity),
+                    Some(w) if w.lease_id == Some(lease_id) => {
+                        w.capacity = w.capacity.max(capacity)
+                    }
                     Some(_) => {
                         // Same id on a new lease: the old incarnation is gone (its lease ended).
                         self.free_worker(&id, "lease_expired");
-                        self.workers.insert(id.clone(), WorkerState::registered(&id, lease_id, capacity, now));
+                        self.workers.insert(
+                            id.clone(),
+                            WorkerState::registered(&id, lease_id, capacity, now),
+                        );
                     }
                     None => {
-                        self.workers.insert(id.clone(), WorkerState::registered(&id, lease_id, capacity, now));
+                        self.workers.insert(
+                            id.clone(),
+                            WorkerState::registered(&id, lease_id, capacity, now),
+                        );
                     }
                 }
             }
@@ -840,11 +1155,23 @@ impl Dispatcher {
 
     /// Forgets a worker whose lease is gone: its items run again elsewhere, its shards are free.
     fn free_worker(&mut self, id: &str, reason: &str) {
-        let Some(mut w) = self.workers.remove(id) else { return };
+        let Some(mut w) = self.workers.remove(id) else {
+            return;
+        };
         let items: Vec<(u64, u64)> = w.items.drain().collect();
         if !items.is_empty() {
-            self.ctx.metrics.reclaimed.get_or_create(&ReasonLabel { reason: reason.into() }).inc_by(items.len() as u64);
-            info!(worker = id, items = items.len(), "re-dispatching the items of a worker whose lease ended");
+            self.ctx
+                .metrics
+                .reclaimed
+                .get_or_create(&ReasonLabel {
+                    reason: reason.into(),
+                })
+                .inc_by(items.len() as u64);
+            info!(
+                worker = id,
+                items = items.len(),
+                "re-dispatching the items of a worker whose lease ended"
+            );
         }
         for item_id in items {
             self.reclaim(item_id);
@@ -853,7 +1180,9 @@ impl Dispatcher {
             match self.shards.state(s).clone() {
                 // Its ownership keys died with its lease.
                 ShardState::Owned(o) if o == id => self.shards.set_state(s, ShardState::Unowned),
-                ShardState::Moving { from, .. } if from == id => self.shards.set_state(s, ShardState::Unowned),
+                ShardState::Moving { from, .. } if from == id => {
+                    self.shards.set_state(s, ShardState::Unowned)
+                }
                 ShardState::Moving { from, to } if to == id => {
                     self.shards.set_state(s, ShardState::Owned(from));
                     self.unpark(s);
@@ -877,14 +1206,27 @@ impl Dispatcher {
             .workers
             .values()
             .filter(|w| w.is_dispatchable())
-            .map(|w| WorkerWeight { id: w.id.clone().into(), weight: w.capacity })
+            .map(|w| WorkerWeight {
+                id: w.id.clone().into(),
+                weight: w.capacity,
+            })
             .collect();
         if live.is_empty() {
             return Ok(());
         }
-        let live_ids: HashSet<&str> = self.workers.values().filter(|w| w.is_dispatchable()).map(|w| w.id.as_str()).collect();
+        let live_ids: HashSet<&str> = self
+            .workers
+            .values()
+            .filter(|w| w.is_dispatchable())
+            .map(|w| w.id.as_str())
+            .collect();
         let current: Vec<_> = (0..self.shards.count())
-            .map(|s| self.shards.intended_owner(s).filter(|o| live_ids.contains(o)).map(|o| o.to_owned().into()))
+            .map(|s| {
+                self.shards
+                    .intended_owner(s)
+                    .filter(|o| live_ids.contains(o))
+                    .map(|o| o.to_owned().into())
+            })
             .collect();
         let desired = assign(self.shards.count(), &live, &current);
         let mut claims = Vec::new();
@@ -896,7 +1238,13 @@ impl Dispatcher {
                 ShardState::Unowned => claims.push((s, target)),
                 ShardState::Owned(owner) if owner == target => {}
                 ShardState::Owned(owner) => {
-                    self.shards.set_state(s, ShardState::Moving { from: owner.clone(), to: target });
+                    self.shards.set_state(
+                        s,
+                        ShardState::Moving {
+                            from: owner.clone(),
+                            to: target,
+                        },
+                    );
                     self.take_backlog_of_shard(&owner, s);
                     revokes.entry(owner).or_default().push(s);
                     self.pending_moves.insert(s);
@@ -906,14 +1254,17 @@ impl Dispatcher {
                     self.unpark(s);
                 }
                 ShardState::Moving { from, to } if to != target => {
-                    self.shards.set_state(s, ShardState::Moving { from, to: target });
+                    self.shards
+                        .set_state(s, ShardState::Moving { from, to: target });
                 }
                 ShardState::Moving { .. } => {}
             }
         }
         for (worker, shards) in revokes {
             if let Some(w) = self.workers.get(&worker) {
-                w.send(proto::coordinator_message::Msg::Revoke(proto::Revoke { shards }));
+                w.send(proto::coordinator_message::Msg::Revoke(proto::Revoke {
+                    shards,
+                }));
             }
         }
         self.claim(claims).await?;
@@ -926,15 +1277,25 @@ impl Dispatcher {
             let mut compares = Vec::new();
             let mut ops = Vec::new();
             for (s, owner) in chunk {
-                let Some(lease) = self.workers.get(owner).and_then(|w| w.lease_id) else { continue };
+                let Some(lease) = self.workers.get(owner).and_then(|w| w.lease_id) else {
+                    continue;
+                };
                 let key = self.keys.shard(*s);
                 compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
-                ops.push(TxnOp::put(key, owner.clone(), Some(PutOptions::new().with_lease(lease))));
+                ops.push(TxnOp::put(
+                    key,
+                    owner.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                ));
             }
             if ops.is_empty() {
                 continue;
             }
-            let all = self.ctx.election.fenced_txn(&self.ctx.elected, compares, ops).await;
+            let all = self
+                .ctx
+                .election
+                .fenced_txn(&self.ctx.elected, compares, ops)
+                .await;
             match all {
                 Ok(true) => {
                     for (s, owner) in chunk {
@@ -954,11 +1315,22 @@ impl Dispatcher {
     }
 
     async fn claim_one(&mut self, s: u32, owner: &str) -> Result<(), TermError> {
-        let Some(lease) = self.workers.get(owner).and_then(|w| w.lease_id) else { return Ok(()) };
+        let Some(lease) = self.workers.get(owner).and_then(|w| w.lease_id) else {
+            return Ok(());
+        };
         let key = self.keys.shard(s);
         let compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
-        let ops = vec![TxnOp::put(key, owner, Some(PutOptions::new().with_lease(lease)))];
-        match self.ctx.election.fenced_txn(&self.ctx.elected, compares, ops).await {
+        let ops = vec![TxnOp::put(
+            key,
+            owner,
+            Some(PutOptions::new().with_lease(lease)),
+        )];
+        match self
+            .ctx
+            .election
+            .fenced_txn(&self.ctx.elected, compares, ops)
+            .await
+        {
             Ok(true) => self.owned(s, owner.to_owned()),
             Ok(false) => {
                 // Someone owns it in etcd that this leader did not know of; read who, retry later.
@@ -968,7 +1340,8 @@ impl Dispatcher {
                     && let Some(kv) = resp.kvs().first()
                     && let Ok(current) = std::str::from_utf8(kv.value())
                 {
-                    self.shards.set_state(s, ShardState::Owned(current.to_owned()));
+                    self.shards
+                        .set_state(s, ShardState::Owned(current.to_owned()));
                     self.unpark(s);
                 }
             }
@@ -983,9 +1356,13 @@ impl Dispatcher {
 
     /// Finishes the moves whose old owner holds nothing of the shard any more.
     async fn complete_moves(&mut self) -> Result<(), TermError> {
-        let candidates: Vec<u32> = std::mem::take(&mut self.pending_moves).into_iter().collect();
+        let candidates: Vec<u32> = std::mem::take(&mut self.pending_moves)
+            .into_iter()
+            .collect();
         for s in candidates {
-            let ShardState::Moving { from, to } = self.shards.state(s).clone() else { continue };
+            let ShardState::Moving { from, to } = self.shards.state(s).clone() else {
+                continue;
+            };
             // An old owner that has not said Hello to this leader may hold items of an earlier term
             // that nobody here knows of: wait for its Hello or its lease's end.
             let from_known = self.workers.get(&from).is_none_or(|w| w.handshaken);
@@ -998,8 +1375,17 @@ impl Dispatcher {
             };
             let key = self.keys.shard(s);
             let compares = vec![Compare::value(key.clone(), CompareOp::Equal, from.clone())];
-            let ops = vec![TxnOp::put(key, to.clone(), Some(PutOptions::new().with_lease(lease)))];
-            match self.ctx.election.fenced_txn(&self.ctx.elected, compares, ops).await {
+            let ops = vec![TxnOp::put(
+                key,
+                to.clone(),
+                Some(PutOptions::new().with_lease(lease)),
+            )];
+            match self
+                .ctx
+                .election
+                .fenced_txn(&self.ctx.elected, compares, ops)
+                .await
+            {
                 Ok(true) => {
                     self.ctx.metrics.shard_moves.inc();
                     self.owned(s, to);
@@ -1031,11 +1417,19 @@ impl Dispatcher {
     }
 
     fn take_backlog_of_shard(&mut self, worker: &str, s: u32) {
-        let Some(w) = self.workers.get_mut(worker) else { return };
+        let Some(w) = self.workers.get_mut(worker) else {
+            return;
+        };
         for (controller, backlog) in &mut w.backlog {
             backlog.retain(|(key, shard)| {
                 if *shard == s {
-                    self.shards.park(s, Parked { controller: controller.clone(), key: key.clone() });
+                    self.shards.park(
+                        s,
+                        Parked {
+                            controller: controller.clone(),
+                            key: key.clone(),
+                        },
+                    );
                     false
                 } else {
                     true
@@ -1063,7 +1457,11 @@ impl Dispatcher {
             .controllers
             .iter()
             .map(|(name, c)| {
-                let routed: usize = self.workers.values().map(|w| w.backlog.get(name).map_or(0, |b| b.len())).sum();
+                let routed: usize = self
+                    .workers
+                    .values()
+                    .map(|w| w.backlog.get(name).map_or(0, |b| b.len()))
+                    .sum();
                 proto::QueueStatus {
                     controller: name.clone(),
                     depth: (c.queue.len() + routed) as u64,
@@ -1078,7 +1476,11 @@ impl Dispatcher {
             .informers
             .kinds()
             .into_iter()
-            .map(|(kind, synced, objects)| proto::InformerStatus { kind: kind.to_string(), synced, objects: objects as u64 })
+            .map(|(kind, synced, objects)| proto::InformerStatus {
+                kind: kind.to_string(),
+                synced,
+                objects: objects as u64,
+            })
             .collect();
         proto::StatusResponse {
             leader_id: self.ctx.leader.id.clone(),
@@ -1107,7 +1509,9 @@ async fn watch_registry(
     tx: mpsc::UnboundedSender<RegistryEvent>,
     stop: CancellationToken,
 ) {
-    let options = WatchOptions::new().with_prefix().with_start_revision(revision);
+    let options = WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(revision);
     let mut stream = match etcd.watch(keys.workers_prefix(), Some(options)).await {
         Ok(stream) => stream,
         Err(err) => {
@@ -1131,12 +1535,16 @@ async fn watch_registry(
         }
         for event in resp.events() {
             let Some(kv) = event.kv() else { continue };
-            let Some(id) = keys.parse_worker(kv.key()) else { continue };
+            let Some(id) = keys.parse_worker(kv.key()) else {
+                continue;
+            };
             let ev = match event.event_type() {
                 etcd_client::EventType::Put => RegistryEvent::Up {
                     id: id.to_owned(),
                     lease_id: kv.lease(),
-                    capacity: serde_json::from_slice::<Registration>(kv.value()).map(|r| r.capacity).unwrap_or(1),
+                    capacity: serde_json::from_slice::<Registration>(kv.value())
+                        .map(|r| r.capacity)
+                        .unwrap_or(1),
                 },
                 etcd_client::EventType::Delete => RegistryEvent::Down { id: id.to_owned() },
             };

@@ -78,22 +78,41 @@ impl Expectations {
         self.next_id += 1;
         let remaining = unobserved.len();
         for (kind, object, expected) in unobserved {
-            self.by_object.entry((kind, object)).or_default().push((id, expected));
+            self.by_object
+                .entry((kind, object))
+                .or_default()
+                .push((id, expected));
         }
-        self.holds.insert(id, Hold { controller: controller.into(), key: key.into(), remaining, deadline });
+        self.holds.insert(
+            id,
+            Hold {
+                controller: controller.into(),
+                key: key.into(),
+                remaining,
+                deadline,
+            },
+        );
         self.by_key.insert((controller.into(), key.into()), id);
     }
 
     /// Whether `(controller, key)` is held.
     #[cfg(test)]
     pub fn is_held(&self, controller: &str, key: &str) -> bool {
-        self.by_key.contains_key(&(controller.to_owned(), key.to_owned()))
+        self.by_key
+            .contains_key(&(controller.to_owned(), key.to_owned()))
     }
 
     /// The cache now shows `object` of `kind` at `cached` (`None`: gone). Returns the keys released.
-    pub fn observe(&mut self, kind: &ResourceKind, object: &str, cached: Option<u64>) -> Vec<(String, String)> {
+    pub fn observe(
+        &mut self,
+        kind: &ResourceKind,
+        object: &str,
+        cached: Option<u64>,
+    ) -> Vec<(String, String)> {
         let slot = (kind.clone(), object.to_owned());
-        let Some(waiters) = self.by_object.get_mut(&slot) else { return Vec::new() };
+        let Some(waiters) = self.by_object.get_mut(&slot) else {
+            return Vec::new();
+        };
         let mut released = Vec::new();
         waiters.retain(|&(id, expected)| {
             if !expected.satisfied_by(cached) {
@@ -110,12 +129,20 @@ impl Expectations {
         if waiters.is_empty() {
             self.by_object.remove(&slot);
         }
-        released.into_iter().filter_map(|id| self.release(id)).collect()
+        released
+            .into_iter()
+            .filter_map(|id| self.release(id))
+            .collect()
     }
 
     /// Releases every hold whose deadline is at or before `now`.
     pub fn expire(&mut self, now: Instant) -> Vec<(String, String)> {
-        let due: Vec<u64> = self.holds.iter().filter(|(_, h)| h.deadline <= now).map(|(&id, _)| id).collect();
+        let due: Vec<u64> = self
+            .holds
+            .iter()
+            .filter(|(_, h)| h.deadline <= now)
+            .map(|(&id, _)| id)
+            .collect();
         if due.is_empty() {
             return Vec::new();
         }
@@ -156,13 +183,25 @@ mod tests {
         e.hold(
             "c",
             "ns/p",
-            vec![(cm(), "ns/a".into(), Expected::AtLeast(10)), (cm(), "ns/b".into(), Expected::AtLeast(11))],
+            vec![
+                (cm(), "ns/a".into(), Expected::AtLeast(10)),
+                (cm(), "ns/b".into(), Expected::AtLeast(11)),
+            ],
             now + Duration::from_secs(300),
         );
         assert!(e.is_held("c", "ns/p"));
-        assert!(e.observe(&cm(), "ns/a", Some(9)).is_empty(), "an older version does not count");
-        assert!(e.observe(&cm(), "ns/a", Some(10)).is_empty(), "one of two writes is not enough");
-        assert_eq!(e.observe(&cm(), "ns/b", Some(12)), vec![("c".to_owned(), "ns/p".to_owned())]);
+        assert!(
+            e.observe(&cm(), "ns/a", Some(9)).is_empty(),
+            "an older version does not count"
+        );
+        assert!(
+            e.observe(&cm(), "ns/a", Some(10)).is_empty(),
+            "one of two writes is not enough"
+        );
+        assert_eq!(
+            e.observe(&cm(), "ns/b", Some(12)),
+            vec![("c".to_owned(), "ns/p".to_owned())]
+        );
         assert!(!e.is_held("c", "ns/p"));
         assert_eq!(e.len(), 0);
     }
@@ -170,7 +209,12 @@ mod tests {
     #[test]
     fn a_delete_is_observed_when_the_object_is_gone() {
         let mut e = Expectations::default();
-        e.hold("c", "k", vec![(cm(), "ns/a".into(), Expected::Deleted(None))], Instant::now() + Duration::from_secs(1));
+        e.hold(
+            "c",
+            "k",
+            vec![(cm(), "ns/a".into(), Expected::Deleted(None))],
+            Instant::now() + Duration::from_secs(1),
+        );
         assert!(e.observe(&cm(), "ns/a", Some(50)).is_empty());
         assert_eq!(e.observe(&cm(), "ns/a", None).len(), 1);
     }
@@ -179,16 +223,33 @@ mod tests {
     fn a_hold_expires_at_its_deadline() {
         let mut e = Expectations::default();
         let now = Instant::now();
-        e.hold("c", "k", vec![(cm(), "ns/a".into(), Expected::AtLeast(5))], now + Duration::from_secs(300));
+        e.hold(
+            "c",
+            "k",
+            vec![(cm(), "ns/a".into(), Expected::AtLeast(5))],
+            now + Duration::from_secs(300),
+        );
         assert!(e.expire(now + Duration::from_secs(299)).is_empty());
-        assert_eq!(e.expire(now + Duration::from_secs(300)), vec![("c".to_owned(), "k".to_owned())]);
-        assert!(e.observe(&cm(), "ns/a", Some(5)).is_empty(), "an expired hold leaves nothing behind");
+        assert_eq!(
+            e.expire(now + Duration::from_secs(300)),
+            vec![("c".to_owned(), "k".to_owned())]
+        );
+        assert!(
+            e.observe(&cm(), "ns/a", Some(5)).is_empty(),
+            "an expired hold leaves nothing behind"
+        );
     }
 
     #[test]
     fn a_write_without_a_version_expects_nothing_unless_it_is_a_delete() {
         assert_eq!(Expected::of(WriteOp::Create, None), None);
-        assert_eq!(Expected::of(WriteOp::Delete, None), Some(Expected::Deleted(None)));
-        assert_eq!(Expected::of(WriteOp::Update, Some(3)), Some(Expected::AtLeast(3)));
+        assert_eq!(
+            Expected::of(WriteOp::Delete, None),
+            Some(Expected::Deleted(None))
+        );
+        assert_eq!(
+            Expected::of(WriteOp::Update, Some(3)),
+            Some(Expected::AtLeast(3))
+        );
     }
 }

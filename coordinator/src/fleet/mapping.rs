@@ -19,29 +19,47 @@ pub struct Routes {
 #[derive(Debug, Clone)]
 enum Role {
     Primary,
-    Mapped { primary: ResourceKind, rule: MappingRule },
+    Mapped {
+        primary: ResourceKind,
+        rule: MappingRule,
+    },
 }
 
 impl Routes {
     /// Adds the routes of a newly registered controller.
     pub fn add(&mut self, spec: &ControllerSpec) {
-        self.by_kind.entry(spec.primary.clone()).or_default().push((spec.name.clone(), Role::Primary));
+        self.by_kind
+            .entry(spec.primary.clone())
+            .or_default()
+            .push((spec.name.clone(), Role::Primary));
         for m in &spec.mappings {
-            self.by_kind
-                .entry(m.kind.clone())
-                .or_default()
-                .push((spec.name.clone(), Role::Mapped { primary: spec.primary.clone(), rule: m.rule.clone() }));
+            self.by_kind.entry(m.kind.clone()).or_default().push((
+                spec.name.clone(),
+                Role::Mapped {
+                    primary: spec.primary.clone(),
+                    rule: m.rule.clone(),
+                },
+            ));
         }
     }
 
     /// The (controller, key) pairs an event on `object` enqueues.
-    pub fn keys_for(&self, object: &CachedObject, informers: &Informers, out: &mut Vec<(String, String)>) {
-        let Some(routes) = self.by_kind.get(&object.kind) else { return };
+    pub fn keys_for(
+        &self,
+        object: &CachedObject,
+        informers: &Informers,
+        out: &mut Vec<(String, String)>,
+    ) {
+        let Some(routes) = self.by_kind.get(&object.kind) else {
+            return;
+        };
         for (controller, role) in routes {
             match role {
                 Role::Primary => out.push((controller.clone(), object.key())),
                 Role::Mapped { primary, rule } => {
-                    map_related(object, primary, rule, informers, |key| out.push((controller.clone(), key)));
+                    map_related(object, primary, rule, informers, |key| {
+                        out.push((controller.clone(), key))
+                    });
                 }
             }
         }
@@ -73,13 +91,17 @@ fn map_related(
             }
         }
         MappingRule::Selector(path) => {
-            let Some(store) = informers.store(primary) else { return };
+            let Some(store) = informers.store(primary) else {
+                return;
+            };
             let candidates = match ns {
                 Some(ns) if primary.namespaced => store.by_namespace(ns),
                 _ => store.list(),
             };
             for candidate in candidates {
-                let Some(selector) = lookup(&candidate.value, path) else { continue };
+                let Some(selector) = lookup(&candidate.value, path) else {
+                    continue;
+                };
                 if selector_matches(selector, &object.labels) {
                     emit(candidate.key());
                 }
@@ -91,7 +113,8 @@ fn map_related(
 /// A selector is either a LabelSelector (`matchLabels` / `matchExpressions`, e.g. a ReplicaSet's) or a
 /// plain map (a Service's, where an empty map selects nothing).
 fn selector_matches(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
-    let is_label_selector = selector.get("matchLabels").is_some() || selector.get("matchExpressions").is_some();
+    let is_label_selector =
+        selector.get("matchLabels").is_some() || selector.get("matchExpressions").is_some();
     let parsed = if is_label_selector {
         LabelSelector::from_label_selector_json(selector)
     } else {
@@ -112,15 +135,28 @@ mod tests {
     #[test]
     fn lookup_follows_dotted_paths() {
         let v = serde_json::json!({"spec": {"selector": {"app": "web"}}});
-        assert_eq!(lookup(&v, "spec.selector.app"), Some(&Value::String("web".into())));
+        assert_eq!(
+            lookup(&v, "spec.selector.app"),
+            Some(&Value::String("web".into()))
+        );
         assert_eq!(lookup(&v, "spec.missing"), None);
     }
 
     #[test]
     fn a_service_style_selector_matches_by_subset_and_an_empty_one_matches_nothing() {
-        let labels: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned()), ("x".into(), "y".into())].into();
-        assert!(selector_matches(&serde_json::json!({"app": "web"}), &labels));
-        assert!(!selector_matches(&serde_json::json!({"app": "db"}), &labels));
+        let labels: BTreeMap<String, String> = [
+            ("app".to_owned(), "web".to_owned()),
+            ("x".into(), "y".into()),
+        ]
+        .into();
+        assert!(selector_matches(
+            &serde_json::json!({"app": "web"}),
+            &labels
+        ));
+        assert!(!selector_matches(
+            &serde_json::json!({"app": "db"}),
+            &labels
+        ));
         assert!(!selector_matches(&serde_json::json!({}), &labels));
     }
 

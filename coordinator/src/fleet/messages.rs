@@ -121,7 +121,8 @@ pub enum ConvertError {
 
 fn kind(k: Option<proto::ResourceKind>, field: &'static str) -> Result<ResourceKind, ConvertError> {
     let k: ResourceKind = k.ok_or(ConvertError::Missing(field))?.into();
-    k.validate().map_err(|reason| ConvertError::Invalid { field, reason })?;
+    k.validate()
+        .map_err(|reason| ConvertError::Invalid { field, reason })?;
     Ok(k)
 }
 
@@ -130,7 +131,10 @@ impl TryFrom<proto::ControllerSpec> for ControllerSpec {
 
     fn try_from(s: proto::ControllerSpec) -> Result<Self, ConvertError> {
         if s.name.is_empty() || s.name.len() > 253 {
-            return Err(ConvertError::Invalid { field: "spec.name", reason: "must be 1 to 253 characters".into() });
+            return Err(ConvertError::Invalid {
+                field: "spec.name",
+                reason: "must be 1 to 253 characters".into(),
+            });
         }
         let mut mappings = Vec::with_capacity(s.mappings.len());
         for m in s.mappings {
@@ -139,10 +143,15 @@ impl TryFrom<proto::ControllerSpec> for ControllerSpec {
                 Some(proto::mapping::Rule::Selector(r)) if !r.selector_path.is_empty() => {
                     MappingRule::Selector(r.selector_path)
                 }
-                Some(proto::mapping::Rule::Field(r)) if !r.field_path.is_empty() => MappingRule::Field(r.field_path),
+                Some(proto::mapping::Rule::Field(r)) if !r.field_path.is_empty() => {
+                    MappingRule::Field(r.field_path)
+                }
                 _ => return Err(ConvertError::Missing("mapping.rule")),
             };
-            mappings.push(Mapping { kind: kind(m.kind, "mapping.kind")?, rule });
+            mappings.push(Mapping {
+                kind: kind(m.kind, "mapping.kind")?,
+                rule,
+            });
         }
         let defaults = ControllerRateLimiterConfig::default();
         let rate_limiter = ControllerRateLimiterConfig {
@@ -151,13 +160,22 @@ impl TryFrom<proto::ControllerSpec> for ControllerSpec {
                 max_delay: nonzero_ms(s.backoff_max_ms).unwrap_or(defaults.backoff.max_delay),
             },
             bucket: BucketConfig {
-                qps: if s.bucket_qps > 0.0 { s.bucket_qps } else { defaults.bucket.qps },
-                burst: if s.bucket_burst > 0 { s.bucket_burst } else { defaults.bucket.burst },
+                qps: if s.bucket_qps > 0.0 {
+                    s.bucket_qps
+                } else {
+                    defaults.bucket.qps
+                },
+                burst: if s.bucket_burst > 0 {
+                    s.bucket_burst
+                } else {
+                    defaults.bucket.burst
+                },
             },
         };
-        rate_limiter
-            .validate()
-            .map_err(|e| ConvertError::Invalid { field: "spec.rate_limiter", reason: e.to_string() })?;
+        rate_limiter.validate().map_err(|e| ConvertError::Invalid {
+            field: "spec.rate_limiter",
+            reason: e.to_string(),
+        })?;
         Ok(Self {
             name: s.name,
             primary: kind(s.primary, "spec.primary")?,
@@ -167,7 +185,11 @@ impl TryFrom<proto::ControllerSpec> for ControllerSpec {
                 .into_iter()
                 .map(|k| kind(Some(k), "spec.prefetch_owned"))
                 .collect::<Result<_, _>>()?,
-            watches: s.watches.into_iter().map(|k| kind(Some(k), "spec.watches")).collect::<Result<_, _>>()?,
+            watches: s
+                .watches
+                .into_iter()
+                .map(|k| kind(Some(k), "spec.watches"))
+                .collect::<Result<_, _>>()?,
             resync: (s.resync_seconds > 0).then(|| Duration::from_secs(s.resync_seconds)),
             rate_limiter,
         })
@@ -189,7 +211,9 @@ impl TryFrom<proto::Hello> for Hello {
             .controllers
             .into_iter()
             .map(|c| {
-                let spec = ControllerSpec::try_from(c.spec.ok_or(ConvertError::Missing("controllers.spec"))?)?;
+                let spec = ControllerSpec::try_from(
+                    c.spec.ok_or(ConvertError::Missing("controllers.spec"))?,
+                )?;
                 if c.concurrency == 0 {
                     return Err(ConvertError::Invalid {
                         field: "controllers.concurrency",
@@ -202,9 +226,21 @@ impl TryFrom<proto::Hello> for Hello {
         let held = h
             .held
             .into_iter()
-            .map(|i| Held { controller: i.controller, key: i.key, shard: i.shard, item_id: i.item_id, term: i.term })
+            .map(|i| Held {
+                controller: i.controller,
+                key: i.key,
+                shard: i.shard,
+                item_id: i.item_id,
+                term: i.term,
+            })
             .collect();
-        Ok(Self { worker_id: h.worker_id, lease_id: h.lease_id, controllers, known_term: h.known_term, held })
+        Ok(Self {
+            worker_id: h.worker_id,
+            lease_id: h.lease_id,
+            controllers,
+            known_term: h.known_term,
+            held,
+        })
     }
 }
 
@@ -214,10 +250,15 @@ impl TryFrom<proto::Done> for Done {
     fn try_from(d: proto::Done) -> Result<Self, ConvertError> {
         let outcome = match proto::Outcome::try_from(d.outcome) {
             Ok(proto::Outcome::Success) => Outcome::Success,
-            Ok(proto::Outcome::RequeueAfter) => Outcome::RequeueAfter(Duration::from_millis(d.requeue_after_ms)),
+            Ok(proto::Outcome::RequeueAfter) => {
+                Outcome::RequeueAfter(Duration::from_millis(d.requeue_after_ms))
+            }
             Ok(proto::Outcome::Error) => Outcome::Error,
             _ => {
-                return Err(ConvertError::Invalid { field: "done.outcome", reason: format!("unknown outcome {}", d.outcome) });
+                return Err(ConvertError::Invalid {
+                    field: "done.outcome",
+                    reason: format!("unknown outcome {}", d.outcome),
+                });
             }
         };
         let writes = d
@@ -229,16 +270,30 @@ impl TryFrom<proto::Done> for Done {
                     Ok(proto::WriteOp::Update) => WriteOp::Update,
                     Ok(proto::WriteOp::Delete) => WriteOp::Delete,
                     _ => {
-                        return Err(ConvertError::Invalid { field: "write.op", reason: format!("unknown op {}", w.op) });
+                        return Err(ConvertError::Invalid {
+                            field: "write.op",
+                            reason: format!("unknown op {}", w.op),
+                        });
                     }
                 };
                 // resourceVersions are opaque by contract but etcd revisions in every etcd-backed API
                 // server; one that is not a number cannot be compared, so it gets no read-your-writes
                 // hold (the write is still applied, only not waited for).
                 let resource_version = w.resource_version.parse().ok();
-                Ok(Write { kind: kind(w.kind, "write.kind")?, key: w.key, resource_version, op })
+                Ok(Write {
+                    kind: kind(w.kind, "write.kind")?,
+                    key: w.key,
+                    resource_version,
+                    op,
+                })
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self { item_id: d.item_id, term: d.term, outcome, writes, error: d.error })
+        Ok(Self {
+            item_id: d.item_id,
+            term: d.term,
+            outcome,
+            writes,
+            error: d.error,
+        })
     }
 }

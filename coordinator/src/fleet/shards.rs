@@ -36,7 +36,11 @@ impl ShardTable {
     /// `count` shards, all unowned.
     pub fn new(count: u32) -> Self {
         let n = count as usize;
-        Self { states: vec![ShardState::Unowned; n], in_flight: vec![0; n], parked: vec![VecDeque::new(); n] }
+        Self {
+            states: vec![ShardState::Unowned; n],
+            in_flight: vec![0; n],
+            parked: vec![VecDeque::new(); n],
+        }
     }
 
     /// Number of shards.

@@ -15,9 +15,13 @@ pub fn encode(spec: &ControllerSpec) -> Vec<u8> {
             rule: Some(match &m.rule {
                 MappingRule::Owner => proto::mapping::Rule::Owner(proto::OwnerRule {}),
                 MappingRule::Selector(path) => {
-                    proto::mapping::Rule::Selector(proto::SelectorRule { selector_path: path.clone() })
+                    proto::mapping::Rule::Selector(proto::SelectorRule {
+                        selector_path: path.clone(),
+                    })
                 }
-                MappingRule::Field(path) => proto::mapping::Rule::Field(proto::FieldRule { field_path: path.clone() }),
+                MappingRule::Field(path) => proto::mapping::Rule::Field(proto::FieldRule {
+                    field_path: path.clone(),
+                }),
             }),
         })
         .collect();
@@ -51,7 +55,10 @@ mod tests {
         let spec = ControllerSpec {
             name: "replicaset".into(),
             primary: ResourceKind::new("apps", "v1", "ReplicaSet", "replicasets", true),
-            mappings: vec![Mapping { kind: ResourceKind::new("", "v1", "Pod", "pods", true), rule: MappingRule::Owner }],
+            mappings: vec![Mapping {
+                kind: ResourceKind::new("", "v1", "Pod", "pods", true),
+                rule: MappingRule::Owner,
+            }],
             prefetch_owned: vec![ResourceKind::new("", "v1", "Pod", "pods", true)],
             watches: vec![],
             resync: Some(Duration::from_secs(30)),

@@ -66,7 +66,10 @@ impl WorkerState {
 
     /// Connected and handshaken: it can take items.
     pub fn is_dispatchable(&self) -> bool {
-        self.conn.is_some() && self.handshaken && self.lease_id.is_some() && self.fenced_until.is_none()
+        self.conn.is_some()
+            && self.handshaken
+            && self.lease_id.is_some()
+            && self.fenced_until.is_none()
     }
 
     /// Credits left for `controller`.
@@ -77,7 +80,9 @@ impl WorkerState {
     /// Adds `n` credits for `controller`, never beyond its advertised concurrency minus what it holds:
     /// a worker cannot talk the leader into more in flight than it said it could run.
     pub fn grant(&mut self, controller: &str, n: u32) -> bool {
-        let Some(&limit) = self.concurrency.get(controller) else { return false };
+        let Some(&limit) = self.concurrency.get(controller) else {
+            return false;
+        };
         let held = self.in_flight.get(controller).copied().unwrap_or(0);
         let credits = self.credits.entry(controller.to_owned()).or_default();
         *credits = credits.saturating_add(n).min(limit.saturating_sub(held));
@@ -87,7 +92,10 @@ impl WorkerState {
     /// Sends a message on the current stream; false if there is none or it broke.
     pub fn send(&self, msg: proto::coordinator_message::Msg) -> bool {
         match &self.conn {
-            Some(conn) => conn.tx.send(Ok(proto::CoordinatorMessage { msg: Some(msg) })).is_ok(),
+            Some(conn) => conn
+                .tx
+                .send(Ok(proto::CoordinatorMessage { msg: Some(msg) }))
+                .is_ok(),
             None => false,
         }
     }
