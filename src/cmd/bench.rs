@@ -246,13 +246,11 @@ async fn one_run(
                         .strip_prefix("b/")
                         .and_then(|n| n.parse::<usize>().ok())
                         && let Some(slot) = clock.started.get(i)
-                    {
-                        if slot
+                        && slot
                             .compare_exchange(0, clock.now(), Ordering::Relaxed, Ordering::Relaxed)
                             .is_ok()
-                        {
-                            clock.count.fetch_add(1, Ordering::Relaxed);
-                        }
+                    {
+                        clock.count.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok::<_, Infallible>(Action::await_change())
                 }
