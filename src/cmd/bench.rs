@@ -44,7 +44,7 @@ pub struct DispatchArgs {
     #[arg(long, default_value_t = 512)]
     concurrency: u32,
     /// Where to write the JSON result.
-    #[arg(long, default_value = "target/bench-dispatch.json")]
+    #[arg(long, default_value = "benchmarks/dispatch.json")]
     output: std::path::PathBuf,
 }
 
