@@ -100,7 +100,15 @@ pub struct DevCluster {
 
 /// Compacts etcd at its current revision and moves the watch cache window past it.
 pub(crate) async fn compact(st: &ApiState) -> Result<i64, StorageError> {
-    let rev = st.storage.compact().await?;
+    let rev = st.storage.current_revision().await?;
+    // Compacting past events the watch cache has not received yet would make etcd cancel its watch,
+    // and the events in between would never reach the open watches. Let the cache catch up first
+    // (bounded: revisions written outside `/registry/` only show up with the next progress notice).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while st.cache.revision() < rev && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    st.storage.compact(rev).await?;
     st.cache.compacted(rev);
     Ok(rev)
 }

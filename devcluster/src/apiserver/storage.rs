@@ -244,12 +244,11 @@ impl Storage {
         Ok(())
     }
 
-    /// Compacts etcd at the current revision; returns that revision.
+    /// Compacts etcd at `rev` (physically); returns it. Compacting twice at one revision is no error.
     ///
     /// # Errors
     /// etcd failures.
-    pub async fn compact(&self) -> Result<i64, StorageError> {
-        let rev = self.current_revision().await?;
+    pub async fn compact(&self, rev: i64) -> Result<i64, StorageError> {
         match self
             .client
             .clone()
