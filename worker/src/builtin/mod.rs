@@ -1,6 +1,8 @@
 //! The registry of built-in controllers (kube-controller-manager's): each contributes its name, its
 //! `--concurrent-<name>-syncs` default and its constructor, so `flotilla worker` grows a flag per
-//! controller without editing the command. None is built yet.
+//! controller without editing the command.
+
+mod serviceaccount;
 
 use std::collections::BTreeMap;
 
@@ -11,6 +13,9 @@ use crate::sdk::DynController;
 pub struct Builtin {
     /// kube-controller-manager's name (`replicaset`, `deployment`, …).
     pub name: &'static str,
+    /// The `<flag>` of `--concurrent-<flag>-syncs`: the name, except where kube-controller-manager
+    /// abbreviates it (`rc` for `replicationcontroller`).
+    pub flag: &'static str,
     /// kube-controller-manager's default of `--concurrent-<name>-syncs`.
     pub default_concurrency: u32,
     /// Builds the controller.
@@ -19,7 +24,12 @@ pub struct Builtin {
 
 /// Every built-in controller.
 pub fn builtins() -> &'static [Builtin] {
-    &[]
+    &[Builtin {
+        name: "serviceaccount",
+        flag: "serviceaccount",
+        default_concurrency: serviceaccount::DEFAULT_CONCURRENCY,
+        build: || serviceaccount::controller().into(),
+    }]
 }
 
 /// The `--concurrent-<name>-syncs` flags of the built-in controllers.
@@ -37,7 +47,7 @@ impl clap::FromArgMatches for BuiltinConcurrency {
 
     fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
         for builtin in builtins() {
-            if let Some(n) = concurrency_value(matches, builtin.name) {
+            if let Some(n) = concurrency_value(matches, builtin.flag) {
                 self.values.insert(builtin.name.to_owned(), n);
             }
         }
@@ -48,7 +58,7 @@ impl clap::FromArgMatches for BuiltinConcurrency {
 impl clap::Args for BuiltinConcurrency {
     fn augment_args(command: clap::Command) -> clap::Command {
         builtins().iter().fold(command, |command, b| {
-            command.arg(concurrency_arg(b.name, b.default_concurrency))
+            command.arg(concurrency_arg(b.flag, b.default_concurrency))
         })
     }
 

@@ -1,0 +1,13 @@
+//! End-to-end tests of the built-in controllers: real etcd, the local Kubernetes API (with simulated
+//! nodes where pods must run), a coordinator and `flotilla worker --controllers <name>` processes.
+//!
+//! The binaries must be built first (`cargo build --workspace --bins`). Like the fleet tests, these run
+//! one at a time (`.config/nextest.toml`): each starts several processes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod support;
+
+mod controllers {
+    mod serviceaccount;
+}
