@@ -2,6 +2,7 @@
 //! operational HTTP endpoints (`/metrics`, `/healthz`, `/readyz`), Kubernetes client configuration,
 //! logging set-up and shutdown signals.
 
+mod duration;
 mod etcd;
 mod keys;
 mod kind;
@@ -11,6 +12,7 @@ mod selector;
 mod shutdown;
 mod telemetry;
 
+pub use duration::{DurationError, parse_duration};
 pub use etcd::{
     Elected, Election, ElectionError, LeaderInfo, Leadership, Session, SessionConfig, SessionError,
     connect_etcd,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use flotilla_common::{LogFormat, init_logging, shutdown_signal};
 use flotilla_coordinator::{Coordinator, CoordinatorConfig, default_identity};
 
-use super::duration::parse_duration;
+use flotilla_common::parse_duration;
 
 /// Flags of `flotilla coordinator`; names follow kube-controller-manager where the meaning is the same.
 #[derive(clap::Args, Debug)]

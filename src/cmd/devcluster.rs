@@ -10,7 +10,7 @@ use flotilla_devcluster::{
     DevCluster, DevClusterConfig, EtcdServer, NodeControl, NodeSimulator, SimConfig, control_router,
 };
 
-use super::duration::parse_duration;
+use flotilla_common::parse_duration;
 
 /// Flags of `flotilla devcluster`.
 #[derive(clap::Args)]

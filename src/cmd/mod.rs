@@ -3,7 +3,6 @@
 pub mod bench;
 pub mod coordinator;
 pub mod devcluster;
-pub mod duration;
 pub mod simnodes;
 pub mod status;
 pub mod up;

@@ -8,7 +8,7 @@ use anyhow::Context;
 use flotilla_devcluster::{NodeSimulator, SimConfig};
 
 use super::devcluster::shutdown_signal;
-use super::duration::parse_duration;
+use flotilla_common::parse_duration;
 
 /// Flags of `flotilla simnodes`.
 #[derive(clap::Args)]

@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long)]
     pub keep_running: bool,
     /// Give up when the samples are not reconciled within this long.
-    #[arg(long, default_value = "120s", value_parser = super::duration::parse_duration)]
+    #[arg(long, default_value = "120s", value_parser = flotilla_common::parse_duration)]
     pub timeout: Duration,
 }
 

@@ -24,8 +24,8 @@ mod sdk;
 
 pub use runtime::{
     ConfigError, KubeStackError, SelectionError, Worker, WorkerConfig, WorkerError, WorkerFlags,
-    concurrency_arg, concurrency_flag, concurrency_value, default_worker_id, parse_duration, run,
-    run_custom, run_with_flags, select_controllers,
+    concurrency_arg, concurrency_flag, concurrency_value, default_worker_id, run, run_custom,
+    run_with_flags, select_controllers,
 };
 pub use sdk::{
     Action, CacheClient, CacheError, CacheQuery, Context, ContextError, Controller,

@@ -1,6 +1,7 @@
 //! The flags every worker binary shares (`flotilla worker`, custom controller binaries), named like
 //! kube-controller-manager's where the meaning is the same, and their conversion to a [`WorkerConfig`].
 
+use flotilla_common::parse_duration;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -119,29 +120,6 @@ pub fn default_worker_id() -> String {
     format!("{host}-{suffix}")
 }
 
-/// Parses `500ms`, `5s`, `2m`, `1h`, or a plain number of seconds.
-///
-/// # Errors
-/// A message naming the bad value.
-pub fn parse_duration(value: &str) -> Result<Duration, String> {
-    let value = value.trim();
-    let split = value
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(value.len());
-    let (number, unit) = value.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{value:?} is not a duration like 5s or 500ms"))?;
-    let seconds = match unit {
-        "ms" => number / 1000.0,
-        "" | "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => return Err(format!("{value:?} has an unknown unit (use ms, s, m or h)")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{value:?} is out of range"))
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -153,16 +131,6 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         flags: WorkerFlags,
-    }
-
-    #[test]
-    fn durations_parse_in_the_units_operators_write() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
     }
 
     #[test]

@@ -20,7 +20,6 @@ pub use config::{ConfigError, WorkerConfig};
 pub use custom::{run_custom, run_with_flags};
 pub use flags::{
     WorkerFlags, concurrency_arg, concurrency_flag, concurrency_value, default_worker_id,
-    parse_duration,
 };
 pub(crate) use kube_stack::KubeStack;
 pub use kube_stack::KubeStackError;

@@ -1,15 +1,18 @@
-//! Humane durations for flags: `100ms`, `1s`, `5m`, `1h`, `1m30s`, `0`.
+//! Humane durations for flags of every Flotilla binary: `100ms`, `1s`, `5m`, `1h`, `1m30s`, `0`.
 
 use std::time::Duration;
 
 /// Why a duration flag could not be read.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
     /// The text is empty.
+    #[error("empty duration")]
     Empty,
     /// A number without a unit, or text that is not `<number><unit>...`.
+    #[error("invalid duration {0:?}: expected e.g. 100ms, 1s, 5m, 1h or 1m30s")]
     Invalid(String),
     /// A unit other than ms, s, m, h.
+    #[error("unknown unit {unit:?} in duration {text:?} (use ms, s, m or h)")]
     UnknownUnit {
         /// The whole flag value.
         text: String,
@@ -17,32 +20,9 @@ pub enum DurationError {
         unit: String,
     },
     /// The value does not fit a `Duration`.
+    #[error("duration {0:?} is too large")]
     TooLarge(String),
 }
-
-// Written out by hand: the root package does not depend on thiserror.
-impl std::fmt::Display for DurationError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DurationError::Empty => write!(f, "empty duration"),
-            DurationError::Invalid(text) => {
-                write!(
-                    f,
-                    "invalid duration {text:?}: expected e.g. 100ms, 1s, 5m, 1h or 1m30s"
-                )
-            }
-            DurationError::UnknownUnit { text, unit } => {
-                write!(
-                    f,
-                    "unknown unit {unit:?} in duration {text:?} (use ms, s, m or h)"
-                )
-            }
-            DurationError::TooLarge(text) => write!(f, "duration {text:?} is too large"),
-        }
-    }
-}
-
-impl std::error::Error for DurationError {}
 
 /// Parses a sequence of `<integer><unit>` parts (units `ms`, `s`, `m`, `h`) and sums them; `0` alone
 /// is zero. Usable as a clap `value_parser`.
