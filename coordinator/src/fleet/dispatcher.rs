@@ -120,6 +120,14 @@ struct Registration {
     capacity: u32,
 }
 
+impl Registration {
+    /// The advertised capacity in a registration value; an unreadable one counts as 1 (the worker still
+    /// gets shards, and its Hello tells the real concurrency).
+    fn capacity_of(value: &[u8]) -> u32 {
+        serde_json::from_slice::<Registration>(value).map_or(1, |r| r.capacity)
+    }
+}
+
 enum RegistryEvent {
     Up {
         id: String,
@@ -335,9 +343,7 @@ impl Dispatcher {
             let Some(id) = self.keys.parse_worker(kv.key()) else {
                 continue;
             };
-            let capacity = serde_json::from_slice::<Registration>(kv.value())
-                .map(|r| r.capacity)
-                .unwrap_or(1);
+            let capacity = Registration::capacity_of(kv.value());
             self.workers.insert(
                 id.to_owned(),
                 WorkerState::registered(id, kv.lease(), capacity, now),
@@ -643,9 +649,7 @@ impl Dispatcher {
         if kv.lease() != lease_id {
             return Ok(false);
         }
-        let capacity = serde_json::from_slice::<Registration>(kv.value())
-            .map(|r| r.capacity)
-            .unwrap_or(1);
+        let capacity = Registration::capacity_of(kv.value());
         self.on_registry(RegistryEvent::Up {
             id: id.to_owned(),
             lease_id,
@@ -1542,9 +1546,7 @@ async fn watch_registry(
                 etcd_client::EventType::Put => RegistryEvent::Up {
                     id: id.to_owned(),
                     lease_id: kv.lease(),
-                    capacity: serde_json::from_slice::<Registration>(kv.value())
-                        .map(|r| r.capacity)
-                        .unwrap_or(1),
+                    capacity: Registration::capacity_of(kv.value()),
                 },
                 etcd_client::EventType::Delete => RegistryEvent::Down { id: id.to_owned() },
             };
