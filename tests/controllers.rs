@@ -9,5 +9,6 @@
 pub mod support;
 
 mod controllers {
+    mod replicaset;
     mod serviceaccount;
 }

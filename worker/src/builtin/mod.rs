@@ -2,9 +2,13 @@
 //! `--concurrent-<name>-syncs` default and its constructor, so `flotilla worker` grows a flag per
 //! controller without editing the command.
 
+mod replicaset;
 mod serviceaccount;
 
 use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::ReplicationController;
 
 use crate::runtime::{SelectionError, concurrency_arg, concurrency_value, select_controllers};
 use crate::sdk::DynController;
@@ -24,12 +28,26 @@ pub struct Builtin {
 
 /// Every built-in controller.
 pub fn builtins() -> &'static [Builtin] {
-    &[Builtin {
-        name: "serviceaccount",
-        flag: "serviceaccount",
-        default_concurrency: serviceaccount::DEFAULT_CONCURRENCY,
-        build: || serviceaccount::controller().into(),
-    }]
+    &[
+        Builtin {
+            name: "serviceaccount",
+            flag: "serviceaccount",
+            default_concurrency: serviceaccount::DEFAULT_CONCURRENCY,
+            build: || serviceaccount::controller().into(),
+        },
+        Builtin {
+            name: "replicaset",
+            flag: "replicaset",
+            default_concurrency: replicaset::DEFAULT_CONCURRENCY,
+            build: || replicaset::controller::<ReplicaSet>().into(),
+        },
+        Builtin {
+            name: "replicationcontroller",
+            flag: "rc",
+            default_concurrency: replicaset::DEFAULT_CONCURRENCY,
+            build: || replicaset::controller::<ReplicationController>().into(),
+        },
+    ]
 }
 
 /// The `--concurrent-<name>-syncs` flags of the built-in controllers.
