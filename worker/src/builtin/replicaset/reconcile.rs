@@ -9,8 +9,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType};
 use serde_json::json;
 
+use super::claim::claim;
 use super::owner::ReplicaOwner;
 use super::ranking::pods_to_delete;
 use super::slow_start::{BURST_REPLICAS, slow_start};
@@ -81,37 +83,29 @@ pub async fn reconcile<K: ReplicaOwner>(
     let pods: Api<Pod> = Api::namespaced(ctx.client(), &namespace);
     let deleting = owner.meta().deletion_timestamp.is_some();
 
-    // Claim: our pods that still match stay, the others are released; matching orphans are adopted.
-    let mut mine = Vec::new();
-    for pod in ctx.prefetched::<Pod>().map_err(Error::Prefetched)? {
-        if selector.matches(pod.labels()) {
-            mine.push(pod);
-        } else if !deleting && pod.metadata.deletion_timestamp.is_none() {
-            release(&pods, &pod, &uid).await?;
-        }
-    }
-    if !deleting {
+    let matching: Vec<Pod> = if deleting {
+        Vec::new()
+    } else {
         let query = CacheQuery::all()
             .namespace(&namespace)
             .labels(&selector.to_string());
-        let matching: Vec<Pod> = ctx.cache().list(&query).await.map_err(Error::Cache)?;
-        for pod in matching {
-            let orphan = !pod
-                .owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true));
-            if orphan && pod.metadata.deletion_timestamp.is_none() && selector.matches(pod.labels())
-            {
-                mine.push(adopt(&pods, pod, owner.as_ref()).await?);
-            }
-        }
+        ctx.cache().list(&query).await.map_err(Error::Cache)?
+    };
+    let owned = ctx.prefetched::<Pod>().map_err(Error::Prefetched)?;
+    let claims = claim(owned, matching, &selector, deleting);
+    for pod in &claims.release {
+        release(&pods, pod, &uid).await?;
+    }
+    let mut mine = claims.keep;
+    for pod in claims.adopt {
+        mine.push(adopt(&pods, pod, owner.as_ref()).await?);
     }
     let active: Vec<Pod> = mine.into_iter().filter(super::pods::is_active).collect();
 
     let failure = if deleting {
         None
     } else {
-        manage(&pods, owner.as_ref(), &active).await
+        manage(&ctx, &pods, owner.as_ref(), &active).await
     };
 
     let now = Timestamp::now();
@@ -158,7 +152,12 @@ pub async fn reconcile<K: ReplicaOwner>(
 }
 
 /// Creates or deletes pods toward `spec.replicas`; the failure, if any, for the status.
-async fn manage<K: ReplicaOwner>(pods: &Api<Pod>, owner: &K, active: &[Pod]) -> Option<Failure> {
+async fn manage<K: ReplicaOwner>(
+    ctx: &Context,
+    pods: &Api<Pod>,
+    owner: &K,
+    active: &[Pod],
+) -> Option<Failure> {
     let want = usize::try_from(owner.replicas()).unwrap_or(0);
     if active.len() < want {
         let missing = (want - active.len()).min(BURST_REPLICAS);
@@ -172,10 +171,16 @@ async fn manage<K: ReplicaOwner>(pods: &Api<Pod>, owner: &K, active: &[Pod]) -> 
             }
         };
         let (_, err) = slow_start(missing, || async {
-            pods.create(&PostParams::default(), &pod).await.map(drop)
+            let created = pods.create(&PostParams::default(), &pod).await?;
+            let note = format!("Created pod: {}", created.name_any());
+            publish(ctx, owner, EventType::Normal, "SuccessfulCreate", note).await;
+            Ok::<(), kube::Error>(())
         })
         .await;
-        return err.map(|err| Failure {
+        let err = err?;
+        let note = format!("Error creating: {err}");
+        publish(ctx, owner, EventType::Warning, "FailedCreate", note).await;
+        return Some(Failure {
             reason: "FailedCreate".into(),
             message: err.to_string(),
         });
@@ -183,20 +188,47 @@ async fn manage<K: ReplicaOwner>(pods: &Api<Pod>, owner: &K, active: &[Pod]) -> 
     let surplus = (active.len() - want).min(BURST_REPLICAS);
     let doomed = pods_to_delete(active, surplus);
     let results = futures::future::join_all(doomed.into_iter().map(|pod| async move {
-        match pods.delete(&pod.name_any(), &DeleteParams::default()).await {
+        let name = pod.name_any();
+        match pods.delete(&name, &DeleteParams::default()).await {
             // Already gone: the goal holds.
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            other => other.map(drop),
+            Err(err) => Err(err),
+            Ok(_) => {
+                let note = format!("Deleted pod: {name}");
+                publish(ctx, owner, EventType::Normal, "SuccessfulDelete", note).await;
+                Ok(())
+            }
         }
     }))
     .await;
-    results
-        .into_iter()
-        .find_map(Result::err)
-        .map(|err| Failure {
-            reason: "FailedDelete".into(),
-            message: err.to_string(),
-        })
+    let err = results.into_iter().find_map(Result::err)?;
+    let note = format!("Error deleting: {err}");
+    publish(ctx, owner, EventType::Warning, "FailedDelete", note).await;
+    Some(Failure {
+        reason: "FailedDelete".into(),
+        message: err.to_string(),
+    })
+}
+
+/// Records an event on the owner, with upstream's reasons and notes. An event is a courtesy: failing to
+/// publish it must not fail the sync.
+async fn publish<K: ReplicaOwner>(
+    ctx: &Context,
+    owner: &K,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: reason.to_owned(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder().publish(&event, &owner.object_ref(&())).await {
+        tracing::debug!(error = %err, "cannot publish an event");
+    }
 }
 
 /// The pod `owner`'s template makes: generateName `<owner>-`, the template's labels, annotations and
