@@ -108,3 +108,38 @@ pub fn builtin_controllers(
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{Args, FromArgMatches};
+
+    use super::*;
+
+    fn concurrency_of(args: &[&str], name: &str) -> u32 {
+        let command = BuiltinConcurrency::augment_args(clap::Command::new("worker"));
+        let matches = command
+            .try_get_matches_from(std::iter::once("worker").chain(args.iter().copied()))
+            .unwrap();
+        let flags = BuiltinConcurrency::from_arg_matches(&matches).unwrap();
+        let controllers = builtin_controllers(&[name.to_owned()], &flags).unwrap();
+        assert_eq!(controllers.len(), 1);
+        controllers[0].concurrency_limit()
+    }
+
+    #[test]
+    fn each_builtin_takes_kube_controller_managers_default_concurrency() {
+        assert_eq!(concurrency_of(&[], "serviceaccount"), 1);
+        assert_eq!(concurrency_of(&[], "replicaset"), 5);
+        assert_eq!(concurrency_of(&[], "replicationcontroller"), 5);
+    }
+
+    #[test]
+    fn the_replicationcontroller_flag_is_abbreviated_as_upstream_does() {
+        let n = concurrency_of(&["--concurrent-rc-syncs", "7"], "replicationcontroller");
+        assert_eq!(n, 7);
+        assert_eq!(
+            concurrency_of(&["--concurrent-replicaset-syncs", "3"], "replicaset"),
+            3
+        );
+    }
+}
