@@ -35,12 +35,35 @@ pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
     }
 }
 
-/// The restarts of all its containers.
-pub fn restarts(pod: &Pod) -> i64 {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .map_or(0, |cs| cs.iter().map(|c| i64::from(c.restart_count)).sum())
+/// The most restarts of one regular container, then of one sidecar (an init container with restart
+/// policy Always), as upstream's `maxContainerRestarts` compares them.
+pub fn restarts(pod: &Pod) -> (i32, i32) {
+    let Some(status) = pod.status.as_ref() else {
+        return (0, 0);
+    };
+    let regular = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| c.restart_count)
+        .max()
+        .unwrap_or(0);
+    let sidecars: Vec<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .map(|c| c.name.as_str())
+        .collect();
+    let sidecar = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .filter(|c| sidecars.contains(&c.name.as_str()))
+        .map(|c| c.restart_count)
+        .max()
+        .unwrap_or(0);
+    (regular, sidecar)
 }
 
 fn ready_condition(pod: &Pod) -> Option<(bool, Option<Timestamp>)> {

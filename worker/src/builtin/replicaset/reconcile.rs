@@ -186,7 +186,7 @@ async fn manage<K: ReplicaOwner>(
         });
     }
     let surplus = (active.len() - want).min(BURST_REPLICAS);
-    let doomed = pods_to_delete(active, surplus);
+    let doomed = pods_to_delete(active, surplus, Timestamp::now());
     let results = futures::future::join_all(doomed.into_iter().map(|pod| async move {
         let name = pod.name_any();
         match pods.delete(&name, &DeleteParams::default()).await {
