@@ -79,12 +79,10 @@ async fn reconcile(request: Request<Namespace>, ctx: Context) -> Result<Action, 
     let api: Api<ServiceAccount> = Api::namespaced(ctx.client(), name);
     match api.create(&PostParams::default(), &desired(name)).await {
         Ok(_) => Ok(Action::await_change()),
-        // Created meanwhile (by us before the cache saw it, or by someone else): the goal holds.
+        // Created meanwhile (by us before the cache saw it, or by someone else): the goal holds. A
+        // namespace that started terminating meanwhile refuses the create; the retry then finds it
+        // Terminating and stops.
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(Action::await_change()),
-        // The namespace started terminating after the cache copy was taken; upstream ignores this too.
-        Err(kube::Error::Api(status)) if status.code == 403 && !is_active(namespace) => {
-            Ok(Action::await_change())
-        }
         Err(source) => Err(Error::Create {
             namespace: name.to_owned(),
             source,
