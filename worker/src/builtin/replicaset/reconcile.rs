@@ -17,7 +17,7 @@ use super::owner::ReplicaOwner;
 use super::ranking::pods_to_delete;
 use super::slow_start::{BURST_REPLICAS, slow_start};
 use super::status::{self, Failure, Observed};
-use crate::sdk::{Action, CacheError, CacheQuery, Context, ContextError, Request};
+use crate::sdk::{Action, CacheQuery, Context, ContextError, Request};
 
 /// Errors of one sync.
 #[derive(Debug, thiserror::Error)]
@@ -28,9 +28,6 @@ pub enum Error {
     /// The owned pods shipped with the item are unreadable.
     #[error("cannot read prefetched pods")]
     Prefetched(#[source] ContextError),
-    /// The cache could not list the matching pods.
-    #[error("cannot list pods from the cache")]
-    Cache(#[source] CacheError),
     /// The owner does not serialize (it always should).
     #[error("cannot serialize the owner")]
     Serialize(#[source] serde_json::Error),
@@ -89,7 +86,15 @@ pub async fn reconcile<K: ReplicaOwner>(
         let query = CacheQuery::all()
             .namespace(&namespace)
             .labels(&selector.to_string());
-        ctx.cache().list(&query).await.map_err(Error::Cache)?
+        match ctx.cache().list(&query).await {
+            Ok(pods) => pods,
+            // Adoption can wait for a later sync, the replicas cannot: a failed list (e.g. more
+            // matching pods than one message holds) must not stall creates and deletes.
+            Err(err) => {
+                tracing::warn!(error = %err, key = request.key(), "cannot list pods to adopt");
+                Vec::new()
+            }
+        }
     };
     let owned = ctx.prefetched::<Pod>().map_err(Error::Prefetched)?;
     let claims = claim(owned, matching, &selector, deleting);
