@@ -103,7 +103,7 @@ pub async fn reconcile<K: ReplicaOwner>(
     }
     let mut mine = claims.keep;
     for pod in claims.adopt {
-        mine.push(adopt(&pods, pod, owner.as_ref()).await?);
+        mine.extend(adopt(&pods, pod, owner.as_ref()).await?);
     }
     let active: Vec<Pod> = mine.into_iter().filter(super::pods::is_active).collect();
 
@@ -263,28 +263,33 @@ fn controller_ref<K: ReplicaOwner>(owner: &K) -> Option<OwnerReference> {
 }
 
 /// Adds the controller reference to an orphan; the resourceVersion makes the patch fail if the pod
-/// changed (someone else may have adopted it) since the cache copy.
-async fn adopt<K: ReplicaOwner>(pods: &Api<Pod>, pod: Pod, owner: &K) -> Result<Pod, Error> {
+/// changed (someone else may have adopted it) since the cache copy. `None` when the pod is gone.
+async fn adopt<K: ReplicaOwner>(
+    pods: &Api<Pod>,
+    pod: Pod,
+    owner: &K,
+) -> Result<Option<Pod>, Error> {
     let name = pod.name_any();
-    let claim_error = |source| Error::Claim {
-        action: "adopt",
-        pod: name.clone(),
-        source,
-    };
-    let Some(reference) = controller_ref(owner) else {
-        return Ok(pod);
-    };
     let mut references = pod.owner_references().to_vec();
-    references.push(reference);
+    references.extend(controller_ref(owner));
     let patch = json!({
         "metadata": {
             "ownerReferences": references,
             "resourceVersion": pod.resource_version(),
         }
     });
-    pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    match pods
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(claim_error)
+    {
+        Ok(adopted) => Ok(Some(adopted)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(source) => Err(Error::Claim {
+            action: "adopt",
+            pod: name,
+            source,
+        }),
+    }
 }
 
 /// Removes our controller reference from a pod that no longer matches.
