@@ -241,3 +241,37 @@ async fn a_replicationcontroller_gets_its_ready_pods() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_become_available_only_after_min_ready_seconds() {
+    let cluster = TestCluster::builder().with_nodes(3).start().await;
+    let client = cluster.client();
+    let (_fleet, _procs) = fleet(&cluster, "replicaset").await;
+    let ns = unique_namespace(&client, "rs-min-ready").await;
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let mut rs = replica_set("slow", "slow", 2);
+    if let Some(spec) = rs.spec.as_mut() {
+        spec.min_ready_seconds = Some(3);
+    }
+    replica_sets
+        .create(&PostParams::default(), &rs)
+        .await
+        .unwrap();
+    // The first status with both pods ready comes 3 s before they can be available.
+    let status = wait_for(CONVERGE, "slow to have 2 ready pods", || async {
+        let status = replica_sets.get("slow").await.ok()?.status?;
+        (status.ready_replicas == Some(2)).then_some(status)
+    })
+    .await;
+    assert_ne!(
+        status.available_replicas,
+        Some(2),
+        "pods counted available before minReadySeconds"
+    );
+    // Nothing changes once the pods are ready: only the controller's own requeue makes them available.
+    wait_for(CONVERGE, "slow to have 2 available pods", || async {
+        let status = replica_sets.get("slow").await.ok()?.status?;
+        (status.available_replicas == Some(2)).then_some(())
+    })
+    .await;
+}
