@@ -39,8 +39,6 @@ pub struct Proc {
     child: tokio::process::Child,
     /// Where its stdout and stderr go.
     pub log: PathBuf,
-    /// Where its `/metrics`, `/healthz` and `/readyz` are served.
-    pub metrics: std::net::SocketAddr,
 }
 
 impl Proc {
@@ -72,9 +70,27 @@ impl Proc {
         }
     }
 
+    /// Where its `/metrics`, `/healthz` and `/readyz` are served: it binds port 0 and logs the address
+    /// (picking a free port for it would race with every other process on the machine).
+    pub async fn metrics_addr(&self) -> String {
+        wait_for(
+            Duration::from_secs(30),
+            &format!("{} to log its metrics address", self.name),
+            || async {
+                let log = self.log_text();
+                let line = log
+                    .lines()
+                    .find(|l| l.contains(" started") && l.contains("metrics="))?;
+                let rest = &line[line.find("metrics=")? + "metrics=".len()..];
+                Some(rest.split_whitespace().next()?.to_owned())
+            },
+        )
+        .await
+    }
+
     /// The text of its `/metrics` (empty when it does not answer).
     pub async fn metrics_text(&self) -> String {
-        let url = format!("http://{}/metrics", self.metrics);
+        let url = format!("http://{}/metrics", self.metrics_addr().await);
         tokio::task::spawn_blocking(move || http_get(&url))
             .await
             .unwrap_or_default()
@@ -82,7 +98,7 @@ impl Proc {
 
     /// The HTTP status of `path` on its ops port (0 when it does not answer).
     pub async fn http_status(&self, path: &str) -> u16 {
-        let url = format!("http://{}{path}", self.metrics);
+        let url = format!("http://{}{path}", self.metrics_addr().await);
         tokio::task::spawn_blocking(move || http_get_status(&url))
             .await
             .unwrap_or(0)
@@ -138,13 +154,7 @@ impl Fleet {
         }
     }
 
-    fn spawn(
-        &self,
-        name: &str,
-        program: &Path,
-        args: &[String],
-        metrics: std::net::SocketAddr,
-    ) -> Proc {
+    fn spawn(&self, name: &str, program: &Path, args: &[String]) -> Proc {
         let log = self.dir().join(format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let err = file.try_clone().expect("log file");
@@ -164,7 +174,6 @@ impl Fleet {
             name: name.to_owned(),
             child,
             log,
-            metrics,
         }
     }
 
@@ -194,11 +203,10 @@ impl Fleet {
         args.push(self.etcd_endpoints.join(","));
         args.push("--kubeconfig".into());
         args.push(self.kubeconfig.display().to_string());
-        let metrics = free_addr();
         args.push("--metrics-listen".into());
-        args.push(metrics.to_string());
+        args.push("127.0.0.1:0".into());
         args.extend(extra.iter().map(|s| s.to_string()));
-        self.spawn(id, &binary("flotilla"), &args, metrics)
+        self.spawn(id, &binary("flotilla"), &args)
     }
 
     /// Starts a worker binary (`fleet-probe`, `greeting-controller`, or `flotilla` with `worker` as the
@@ -225,10 +233,9 @@ impl Fleet {
         args.push(self.etcd_endpoints.join(","));
         args.push("--kubeconfig".into());
         args.push(self.kubeconfig.display().to_string());
-        let metrics = free_addr();
         args.push("--metrics-listen".into());
-        args.push(metrics.to_string());
-        self.spawn(id, &binary(program), &args, metrics)
+        args.push("127.0.0.1:0".into());
+        self.spawn(id, &binary(program), &args)
     }
 
     /// The current leader, if any.
@@ -277,12 +284,6 @@ impl Fleet {
     pub fn dir(&self) -> &Path {
         self.dir.as_ref().map_or(Path::new("/tmp"), TempDir::path)
     }
-}
-
-/// A loopback address with a port that was free a moment ago.
-pub fn free_addr() -> std::net::SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    listener.local_addr().expect("local addr")
 }
 
 /// The status code of a plain HTTP/1.0 GET on loopback; 0 on any failure.

@@ -115,6 +115,9 @@ impl Worker {
             }
             None => None,
         };
+        if let Some(addr) = metrics_addr {
+            tracing::info!(worker = %worker_id, metrics = %addr, "worker started");
+        }
         let shared = Arc::new(Shared {
             keys: FleetKeys::new(&config.fleet),
             worker_id: worker_id.clone(),
