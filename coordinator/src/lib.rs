@@ -8,31 +8,27 @@
 //!   the gRPC edge.
 
 mod admin_service;
+mod cache_service;
 mod config;
 mod coordinator;
 mod dispatch_service;
 mod fleet;
+mod informer;
 mod leader_slot;
 mod metrics;
+mod queue;
+mod shard;
 
+pub use cache_service::{CacheService, cache_service};
 pub use config::{ConfigError, CoordinatorConfig, default_identity};
 pub use coordinator::{Coordinator, CoordinatorError};
+pub use informer::{CachedObject, InformerError, InformerEvent, Informers, OwnerRef, Store};
 pub use metrics::FleetMetrics;
-
-mod queue;
-
 pub use queue::{
     BucketConfig, BucketRateLimiter, ControllerRateLimiterConfig, ExponentialBackoffConfig,
     ItemExponentialFailureRateLimiter, MaxOfRateLimiter, QueueMetrics, QueueMetricsFamilies,
     RateLimiter, RateLimiterConfigError, WorkQueue, default_controller_rate_limiter,
 };
-mod shard;
-
 pub use shard::{
     ShardCount, ShardError, WorkerId, WorkerWeight, assign, moved, shard_of, stable_hash,
 };
-mod cache_service;
-mod informer;
-
-pub use cache_service::{CacheService, cache_service};
-pub use informer::{CachedObject, InformerError, InformerEvent, Informers, OwnerRef, Store};
