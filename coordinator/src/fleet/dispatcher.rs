@@ -728,7 +728,7 @@ impl Dispatcher {
                 continue;
             };
             let cached = store.get(&w.key).map(|o| o.resource_version);
-            if !expected.satisfied_by(cached) {
+            if !expected.observed_in_cache(cached, store.resource_version()) {
                 unobserved.push((w.kind, w.key, expected));
             }
         }

@@ -29,11 +29,27 @@ impl Expected {
         }
     }
 
-    /// Whether the cache state (`Some(rv)` of the cached object, or `None` when absent) satisfies this.
-    pub fn satisfied_by(self, cached: Option<u64>) -> bool {
-        match (self, cached) {
+    /// Whether an informer event on the written object satisfies this: the object applied at `Some(rv)`,
+    /// or deleted (`None`) — a deletion comes after any write of the object the cache could still show.
+    pub fn satisfied_by_event(self, event: Option<u64>) -> bool {
+        match (self, event) {
             (_, None) => true,
             (Self::AtLeast(want), Some(rv)) => rv >= want,
+            (Self::Deleted(Some(want)), Some(rv)) => rv >= want,
+            (Self::Deleted(None), Some(_)) => false,
+        }
+    }
+
+    /// Whether the cache already reflects this write, given the object's cached version (`None`:
+    /// absent) and the newest version the informer of its kind has applied. One watch delivers changes
+    /// in revision order, so an informer past the write's version has seen it, even if the object is
+    /// gone again; an object merely absent has not been seen yet — that was a bug: a create counted as
+    /// observed before its informer event, and a controller reconciled again created its child twice.
+    pub fn observed_in_cache(self, cached: Option<u64>, informer_rv: u64) -> bool {
+        match (self, cached) {
+            (Self::AtLeast(want), Some(rv)) => rv >= want || informer_rv >= want,
+            (Self::AtLeast(want), None) => informer_rv >= want,
+            (Self::Deleted(_), None) => true,
             (Self::Deleted(Some(want)), Some(rv)) => rv >= want,
             (Self::Deleted(None), Some(_)) => false,
         }
@@ -102,7 +118,8 @@ impl Expectations {
             .contains_key(&(controller.to_owned(), key.to_owned()))
     }
 
-    /// The cache now shows `object` of `kind` at `cached` (`None`: gone). Returns the keys released.
+    /// The informer applied `object` of `kind` at `Some(rv)`, or deleted it (`None`). Returns the keys
+    /// released.
     pub fn observe(
         &mut self,
         kind: &ResourceKind,
@@ -115,7 +132,7 @@ impl Expectations {
         };
         let mut released = Vec::new();
         waiters.retain(|&(id, expected)| {
-            if !expected.satisfied_by(cached) {
+            if !expected.satisfied_by_event(cached) {
                 return true;
             }
             if let Some(hold) = self.holds.get_mut(&id) {
@@ -237,6 +254,25 @@ mod tests {
         assert!(
             e.observe(&cm(), "ns/a", Some(5)).is_empty(),
             "an expired hold leaves nothing behind"
+        );
+    }
+
+    #[test]
+    fn a_create_is_not_observed_while_the_cache_lacks_the_object_and_the_informer_is_behind() {
+        // Regression: an absent object used to count as observed, so a parent was dispatched again
+        // before its new child reached the cache, and got a second child.
+        assert!(!Expected::AtLeast(10).observed_in_cache(None, 9));
+        assert!(
+            Expected::AtLeast(10).observed_in_cache(None, 10),
+            "created and deleted again since"
+        );
+        assert!(Expected::AtLeast(10).observed_in_cache(Some(10), 10));
+        assert!(!Expected::AtLeast(10).observed_in_cache(Some(8), 9));
+        assert!(Expected::Deleted(None).observed_in_cache(None, 0));
+        assert!(!Expected::Deleted(None).observed_in_cache(Some(3), 5));
+        assert!(
+            Expected::Deleted(Some(7)).observed_in_cache(Some(7), 7),
+            "a delete that only marked the object"
         );
     }
 
