@@ -6,6 +6,7 @@ mod duration;
 mod etcd;
 mod keys;
 mod kind;
+mod kinded_key;
 mod kubeconfig;
 mod ops_server;
 mod selector;
@@ -19,6 +20,7 @@ pub use etcd::{
 };
 pub use keys::FleetKeys;
 pub use kind::{ResourceKind, split_key};
+pub use kinded_key::KindedKey;
 pub use kubeconfig::{KubeConfigError, kube_client, kube_config};
 pub use ops_server::{Health, OpsServer, OpsServerError};
 pub use selector::{LabelSelector, SelectorError};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, TxnOp, WatchOptions};
-use flotilla_common::{Elected, Election, ElectionError, FleetKeys, LeaderInfo};
+use flotilla_common::{Elected, Election, ElectionError, FleetKeys, LeaderInfo, ResourceKind};
 use flotilla_proto as proto;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
@@ -24,11 +24,12 @@ use tracing::{debug, info, warn};
 
 use super::expectations::{Expectations, Expected};
 use super::mapping::Routes;
-use super::messages::{ControllerSpec, Done, Hello, Outcome};
+use super::messages::{ControllerSpec, Done, Hello, Outcome, Primary};
+use super::owner_graph::OwnerGraph;
 use super::shards::{Parked, ShardState, ShardTable};
 use super::workers::{Connection, Outbound, WorkerState};
 use crate::config::CoordinatorConfig;
-use crate::informer::{InformerEvent, Informers};
+use crate::informer::{InformerEvent, Informers, deletable_resources};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::metrics::{ControllerLabel, FleetMetrics, OutcomeLabel, ReasonLabel};
@@ -218,6 +219,12 @@ struct Dispatcher {
     keys: FleetKeys,
     controllers: HashMap<String, ControllerState>,
     routes: Routes,
+    /// The ownerReference graph routing owner-graph controllers, and the discoveries that feed it.
+    graph: OwnerGraph,
+    discovered_tx: mpsc::UnboundedSender<Vec<ResourceKind>>,
+    discovered_rx: Option<mpsc::UnboundedReceiver<Vec<ResourceKind>>>,
+    /// Cancelled when the term ends: stops the tasks the term spawned on demand.
+    term_tasks: CancellationToken,
     workers: HashMap<String, WorkerState>,
     shards: ShardTable,
     items: HashMap<(u64, u64), Item>,
@@ -237,11 +244,16 @@ impl Dispatcher {
         let term = ctx.elected.term();
         let keys = FleetKeys::new(&ctx.config.fleet);
         let shards = ShardTable::new(ctx.config.shards);
+        let (discovered_tx, discovered_rx) = mpsc::unbounded_channel();
         Self {
             term,
             keys,
             controllers: HashMap::new(),
             routes: Routes::default(),
+            graph: OwnerGraph::default(),
+            discovered_tx,
+            discovered_rx: Some(discovered_rx),
+            term_tasks: CancellationToken::new(),
             workers: HashMap::new(),
             shards,
             items: HashMap::new(),
@@ -263,6 +275,12 @@ impl Dispatcher {
         stop: CancellationToken,
     ) -> Result<(), TermError> {
         let mut events = self.ctx.informers.subscribe();
+        let _tasks_guard = self.term_tasks.clone().drop_guard();
+        let mut discovered = self.discovered_rx.take().unwrap_or_else(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            self.discovered_tx = tx;
+            rx
+        });
         let revision = self.load().await?;
         let (reg_tx, mut registry) = mpsc::unbounded_channel();
         let watch_stop = stop.child_token();
@@ -307,6 +325,7 @@ impl Dispatcher {
                         }
                     }
                 }
+                Some(kinds) = discovered.recv() => self.on_discovered(kinds),
                 reg = registry.recv() => match reg {
                     Some(reg) => self.on_registry(reg),
                     None => return Err(TermError::Etcd(etcd_client::Error::WatchError("worker registry watch ended".into()))),
@@ -404,6 +423,13 @@ impl Dispatcher {
             self.ctx.queue_metrics.for_queue(&spec.name),
         );
         self.routes.add(&spec);
+        if spec.primary == Primary::OwnerGraph && self.graph.add_controller(&spec.name) {
+            tokio::spawn(discover(
+                self.ctx.informers.client(),
+                self.discovered_tx.clone(),
+                self.term_tasks.child_token(),
+            ));
+        }
         let next_resync = spec.resync.map(|r| Instant::now() + r);
         let name = spec.name.clone();
         let counters = ControllerCounters::new(&self.ctx.metrics, &name);
@@ -426,7 +452,10 @@ impl Dispatcher {
         let Some(state) = self.controllers.get_mut(controller) else {
             return;
         };
+        let graph_synced =
+            state.spec.primary != Primary::OwnerGraph || self.graph.synced(&self.ctx.informers);
         if state.synced
+            || !graph_synced
             || !state
                 .spec
                 .kinds()
@@ -436,10 +465,8 @@ impl Dispatcher {
             return;
         }
         state.synced = true;
-        if let Some(store) = self.ctx.informers.store(&state.spec.primary) {
-            for object in store.list() {
-                state.queue.add(object.key());
-            }
+        for key in primary_keys(&state.spec.primary, &self.graph, &self.ctx.informers) {
+            state.queue.add(key);
         }
         info!(controller, "caches synced; dispatching");
     }
@@ -938,12 +965,24 @@ impl Dispatcher {
         spec: &ControllerSpec,
         key: &str,
     ) -> (bytes::Bytes, Vec<proto::PrefetchedObject>) {
-        let Some(object) = self
-            .ctx
-            .informers
-            .store(&spec.primary)
-            .and_then(|s| s.get(key))
-        else {
+        let primary = match &spec.primary {
+            Primary::Kind(kind) => kind,
+            Primary::OwnerGraph => {
+                let Some((object, dependents)) = self.graph.payload(key, &self.ctx.informers)
+                else {
+                    return (bytes::Bytes::new(), Vec::new());
+                };
+                let dependents = dependents
+                    .iter()
+                    .map(|d| proto::PrefetchedObject {
+                        kind: Some((&d.kind).into()),
+                        object: d.json.clone(),
+                    })
+                    .collect();
+                return (object.json.clone(), dependents);
+            }
+        };
+        let Some(object) = self.ctx.informers.store(primary).and_then(|s| s.get(key)) else {
             return (bytes::Bytes::new(), Vec::new());
         };
         let mut prefetched = Vec::new();
@@ -977,6 +1016,7 @@ impl Dispatcher {
 
     fn on_informer_event(&mut self, ev: InformerEvent) {
         let mut keys = Vec::new();
+        self.graph.keys_for(&ev, &self.ctx.informers, &mut keys);
         match ev {
             InformerEvent::Applied { old, new } => {
                 let released =
@@ -993,10 +1033,21 @@ impl Dispatcher {
                 self.release_holds(released);
                 self.routes.keys_for(&old, &self.ctx.informers, &mut keys);
             }
-            InformerEvent::Synced { .. } => {
+            InformerEvent::Synced { kind } => {
                 let names: Vec<String> = self.controllers.keys().cloned().collect();
                 for name in names {
                     self.check_synced(&name);
+                }
+                // A kind discovered after an owner-graph controller started: its objects join now.
+                if self.graph.covers(&kind) {
+                    let graph_keys = self.graph.initial_keys(&kind, &self.ctx.informers);
+                    for state in self.controllers.values_mut() {
+                        if state.synced && self.graph.routes(&state.spec.name) {
+                            for key in &graph_keys {
+                                state.queue.add(key.clone());
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -1004,6 +1055,22 @@ impl Dispatcher {
             if let Some(state) = self.controllers.get_mut(&controller) {
                 state.queue.add(key);
             }
+        }
+    }
+
+    /// A discovery finished: informers start for the kinds it found first, and owner-graph controllers
+    /// may now be synced.
+    fn on_discovered(&mut self, kinds: Vec<ResourceKind>) {
+        let added = self.graph.discovered(kinds);
+        for kind in &added {
+            self.ctx.informers.ensure(kind);
+        }
+        if !added.is_empty() {
+            info!(kinds = added.len(), "owner graph covers new kinds");
+        }
+        let names: Vec<String> = self.controllers.keys().cloned().collect();
+        for name in names {
+            self.check_synced(&name);
         }
     }
 
@@ -1048,10 +1115,8 @@ impl Dispatcher {
                 && state.synced
             {
                 state.next_resync = Some(now + every);
-                if let Some(store) = self.ctx.informers.store(&state.spec.primary) {
-                    for object in store.list() {
-                        state.queue.add(object.key());
-                    }
+                for key in primary_keys(&state.spec.primary, &self.graph, &self.ctx.informers) {
+                    state.queue.add(key);
                 }
             }
         }
@@ -1553,6 +1618,47 @@ async fn watch_registry(
             if tx.send(ev).is_err() {
                 return;
             }
+        }
+    }
+}
+
+/// Every key of a controller's primary: all cached objects of its kind, or, over the owner graph, the
+/// objects of every covered kind that need action.
+fn primary_keys(primary: &Primary, graph: &OwnerGraph, informers: &Informers) -> Vec<String> {
+    match primary {
+        Primary::Kind(kind) => informers
+            .store(kind)
+            .map(|store| store.list().iter().map(|o| o.key()).collect())
+            .unwrap_or_default(),
+        Primary::OwnerGraph => graph
+            .kinds()
+            .flat_map(|kind| graph.initial_keys(kind, informers))
+            .collect(),
+    }
+}
+
+/// How often the owner graph rediscovers the served resources (upstream's garbage collector: 30 s).
+const DISCOVERY_PERIOD: Duration = Duration::from_secs(30);
+
+/// Discovers the deletable resources now and every [`DISCOVERY_PERIOD`] until `stop`; failures are
+/// logged and retried at the next period.
+async fn discover(
+    client: kube::Client,
+    tx: mpsc::UnboundedSender<Vec<ResourceKind>>,
+    stop: CancellationToken,
+) {
+    loop {
+        match deletable_resources(&client).await {
+            Ok(kinds) => {
+                if tx.send(kinds).is_err() {
+                    return;
+                }
+            }
+            Err(err) => warn!(error = %err, "resource discovery for the owner graph failed"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(DISCOVERY_PERIOD) => {}
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use flotilla_common::{LabelSelector, ResourceKind};
 use serde_json::Value;
 
-use super::messages::{ControllerSpec, MappingRule};
+use super::messages::{ControllerSpec, MappingRule, Primary};
 use crate::informer::{CachedObject, Informers};
 
 /// For one kind, what each interested controller does with its events.
@@ -26,17 +26,21 @@ enum Role {
 }
 
 impl Routes {
-    /// Adds the routes of a newly registered controller.
+    /// Adds the routes of a newly registered controller of one primary kind; an owner-graph
+    /// controller is routed by `super::OwnerGraph` instead.
     pub fn add(&mut self, spec: &ControllerSpec) {
+        let Primary::Kind(primary) = &spec.primary else {
+            return;
+        };
         self.by_kind
-            .entry(spec.primary.clone())
+            .entry(primary.clone())
             .or_default()
             .push((spec.name.clone(), Role::Primary));
         for m in &spec.mappings {
             self.by_kind.entry(m.kind.clone()).or_default().push((
                 spec.name.clone(),
                 Role::Mapped {
-                    primary: spec.primary.clone(),
+                    primary: primary.clone(),
                     rule: m.rule.clone(),
                 },
             ));

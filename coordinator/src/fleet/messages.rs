@@ -46,11 +46,21 @@ pub struct Mapping {
     pub rule: MappingRule,
 }
 
+/// What a controller's keys name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Primary {
+    /// `namespace/name` keys of one kind.
+    Kind(ResourceKind),
+    /// Kinded keys over the ownerReference graph of every deletable resource (the protocol's
+    /// `owner_graph`; see `super::owner_graph`).
+    OwnerGraph,
+}
+
 /// What a controller needs from the coordinator; every worker running it must send the same spec.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ControllerSpec {
     pub name: String,
-    pub primary: ResourceKind,
+    pub primary: Primary,
     pub mappings: Vec<Mapping>,
     pub prefetch_owned: Vec<ResourceKind>,
     pub watches: Vec<ResourceKind>,
@@ -59,9 +69,13 @@ pub struct ControllerSpec {
 }
 
 impl ControllerSpec {
-    /// Every kind the controller needs an informer for; dispatch waits until all of them synced.
+    /// Every kind the controller names, so needs an informer for; dispatch waits until all of them
+    /// synced. An owner-graph controller's discovered kinds are not among them.
     pub fn kinds(&self) -> Vec<ResourceKind> {
-        let mut kinds = vec![self.primary.clone()];
+        let mut kinds = match &self.primary {
+            Primary::Kind(kind) => vec![kind.clone()],
+            Primary::OwnerGraph => Vec::new(),
+        };
         kinds.extend(self.mappings.iter().map(|m| m.kind.clone()));
         kinds.extend(self.prefetch_owned.iter().cloned());
         kinds.extend(self.watches.iter().cloned());
@@ -178,7 +192,11 @@ impl TryFrom<proto::ControllerSpec> for ControllerSpec {
         })?;
         Ok(Self {
             name: s.name,
-            primary: kind(s.primary, "spec.primary")?,
+            primary: if s.owner_graph {
+                Primary::OwnerGraph
+            } else {
+                Primary::Kind(kind(s.primary, "spec.primary")?)
+            },
             mappings,
             prefetch_owned: s
                 .prefetch_owned

@@ -5,6 +5,7 @@ mod dispatcher;
 mod expectations;
 mod mapping;
 mod messages;
+mod owner_graph;
 mod shards;
 mod spec_codec;
 mod workers;

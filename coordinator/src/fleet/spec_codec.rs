@@ -3,7 +3,7 @@
 use flotilla_proto as proto;
 use prost::Message;
 
-use super::messages::{ControllerSpec, MappingRule};
+use super::messages::{ControllerSpec, MappingRule, Primary};
 
 /// Encodes a spec for etcd.
 pub fn encode(spec: &ControllerSpec) -> Vec<u8> {
@@ -26,9 +26,14 @@ pub fn encode(spec: &ControllerSpec) -> Vec<u8> {
         })
         .collect();
     let limiter = spec.rate_limiter;
+    let (primary, owner_graph) = match &spec.primary {
+        Primary::Kind(kind) => (Some(kind.into()), false),
+        Primary::OwnerGraph => (None, true),
+    };
     proto::ControllerSpec {
         name: spec.name.clone(),
-        primary: Some((&spec.primary).into()),
+        primary,
+        owner_graph,
         mappings,
         prefetch_owned: spec.prefetch_owned.iter().map(Into::into).collect(),
         watches: spec.watches.iter().map(Into::into).collect(),
@@ -54,7 +59,13 @@ mod tests {
     fn a_spec_survives_the_round_trip_through_etcd() {
         let spec = ControllerSpec {
             name: "replicaset".into(),
-            primary: ResourceKind::new("apps", "v1", "ReplicaSet", "replicasets", true),
+            primary: Primary::Kind(ResourceKind::new(
+                "apps",
+                "v1",
+                "ReplicaSet",
+                "replicasets",
+                true,
+            )),
             mappings: vec![Mapping {
                 kind: ResourceKind::new("", "v1", "Pod", "pods", true),
                 rule: MappingRule::Owner,
@@ -66,5 +77,21 @@ mod tests {
         };
         let decoded = proto::ControllerSpec::decode(encode(&spec).as_slice()).unwrap();
         assert_eq!(ControllerSpec::try_from(decoded).unwrap(), spec);
+    }
+
+    #[test]
+    fn an_owner_graph_spec_survives_the_round_trip_without_a_primary_kind() {
+        let spec = ControllerSpec {
+            name: "garbagecollector".into(),
+            primary: Primary::OwnerGraph,
+            mappings: vec![],
+            prefetch_owned: vec![],
+            watches: vec![],
+            resync: None,
+            rate_limiter: Default::default(),
+        };
+        let encoded = proto::ControllerSpec::decode(encode(&spec).as_slice()).unwrap();
+        assert!(encoded.primary.is_none() && encoded.owner_graph);
+        assert_eq!(ControllerSpec::try_from(encoded).unwrap(), spec);
     }
 }

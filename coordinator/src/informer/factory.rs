@@ -97,6 +97,11 @@ impl Informers {
         tokio::spawn(run_informer(state, events, self.inner.cancel.child_token()).instrument(span));
     }
 
+    /// The client the informers list and watch with.
+    pub fn client(&self) -> kube::Client {
+        self.inner.client.clone()
+    }
+
     /// A receiver of every informer's events from now on. It replaces the previous subscriber,
     /// whose channel closes: there is one consumer, the current leader's dispatcher. Events while
     /// nobody subscribes are dropped (the stores still update), so a new subscriber must read the

@@ -1,6 +1,7 @@
 //! Shared informers: one list+watch per kind for the whole coordinator, a cache with indexes, and the
 //! events that drive the dispatcher.
 
+mod discovery;
 mod error;
 mod event;
 mod factory;
@@ -11,6 +12,7 @@ mod store;
 mod subscriber;
 mod watch;
 
+pub use discovery::deletable_resources;
 pub use error::InformerError;
 pub use event::InformerEvent;
 pub use factory::Informers;

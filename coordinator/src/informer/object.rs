@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::InformerError;
 
-/// The controller ownerReference of an object (the one with `controller: true`).
+/// One ownerReference of an object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct OwnerRef {
     /// `apiVersion` of the owner.
@@ -19,6 +19,8 @@ pub struct OwnerRef {
     pub name: String,
     /// UID of the owner.
     pub uid: String,
+    /// `controller: true`.
+    pub controller: bool,
 }
 
 /// An object as cached. Immutable once built; shared as `Arc<CachedObject>`.
@@ -39,6 +41,10 @@ pub struct CachedObject {
     pub labels: BTreeMap<String, String>,
     /// The ownerReference with `controller: true`, if any.
     pub controller_owner: Option<OwnerRef>,
+    /// Every ownerReference, the controller's included.
+    pub owners: Vec<OwnerRef>,
+    /// `metadata.finalizers`.
+    pub finalizers: Vec<String>,
     /// `spec.nodeName` of a core Pod; `None` for other kinds and unbound pods.
     pub node_name: Option<String>,
     /// `metadata.deletionTimestamp` is set.
@@ -112,8 +118,14 @@ impl CachedObject {
             Some(labels) => serde_json::from_value(labels.clone())
                 .map_err(|_| bad("metadata.labels", "an object of strings"))?,
         };
-        let controller_owner = controller_owner(metadata.get("ownerReferences"))
+        let owners = owner_refs(metadata.get("ownerReferences"))
             .ok_or_else(|| bad("metadata.ownerReferences", "a list of owner references"))?;
+        let controller_owner = owners.iter().find(|o| o.controller).cloned();
+        let finalizers = match metadata.get("finalizers") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(finalizers) => serde_json::from_value(finalizers.clone())
+                .map_err(|_| bad("metadata.finalizers", "a list of strings"))?,
+        };
         let deleting = !metadata.get("deletionTimestamp").is_none_or(Value::is_null);
         let node_name = if kind.group.is_empty() && kind.kind == "Pod" {
             string(
@@ -136,6 +148,8 @@ impl CachedObject {
             resource_version,
             labels,
             controller_owner,
+            owners,
+            finalizers,
             node_name,
             deleting,
             value,
@@ -144,26 +158,26 @@ impl CachedObject {
     }
 }
 
-/// The controller reference among `ownerReferences`; the outer `None` means malformed.
-fn controller_owner(refs: Option<&Value>) -> Option<Option<OwnerRef>> {
+/// The `ownerReferences`; `None` when malformed (not a list, or an entry lacking a string apiVersion,
+/// kind, name or uid).
+fn owner_refs(refs: Option<&Value>) -> Option<Vec<OwnerRef>> {
     let refs = match refs {
-        None | Some(Value::Null) => return Some(None),
+        None | Some(Value::Null) => return Some(Vec::new()),
         Some(Value::Array(refs)) => refs,
         Some(_) => return None,
     };
-    for r in refs {
-        if r.get("controller").and_then(Value::as_bool) != Some(true) {
-            continue;
-        }
-        let field = |name: &str| r.get(name).and_then(Value::as_str).map(str::to_owned);
-        return Some(Some(OwnerRef {
-            api_version: field("apiVersion")?,
-            kind: field("kind")?,
-            name: field("name")?,
-            uid: field("uid")?,
-        }));
-    }
-    Some(None)
+    refs.iter()
+        .map(|r| {
+            let field = |name: &str| r.get(name).and_then(Value::as_str).map(str::to_owned);
+            Some(OwnerRef {
+                api_version: field("apiVersion")?,
+                kind: field("kind")?,
+                name: field("name")?,
+                uid: field("uid")?,
+                controller: r.get("controller").and_then(Value::as_bool) == Some(true),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -215,6 +229,8 @@ mod tests {
             obj.controller_owner.as_ref().map(|o| o.uid.as_str()),
             Some("u-rs")
         );
+        let owner_uids: Vec<&str> = obj.owners.iter().map(|o| o.uid.as_str()).collect();
+        assert_eq!(owner_uids, ["ux", "u-rs"]);
         assert_eq!(obj.node_name.as_deref(), Some("node-1"));
         assert!(obj.deleting);
         assert_eq!(
@@ -259,6 +275,7 @@ mod tests {
             json!({"metadata": {"name": "p", "uid": "u", "ownerReferences": {"a": 1}}}),
             json!({"metadata": {"name": "p", "uid": "u", "ownerReferences": [{"controller": true, "name": "x"}]}}),
             json!({"metadata": {"name": "p", "uid": "u"}, "spec": {"nodeName": ["n"]}}),
+            json!({"metadata": {"name": "p", "uid": "u", "finalizers": "orphan"}}),
         ];
         for case in cases {
             assert!(

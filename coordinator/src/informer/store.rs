@@ -1,4 +1,5 @@
-//! One kind's cache: objects by key, and the indexes by namespace, controller owner UID and pod node name.
+//! One kind's cache: objects by key, and the indexes by namespace, controller owner UID, any owner UID
+//! and pod node name.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,6 +22,7 @@ struct StoreInner {
     objects: BTreeMap<String, Arc<CachedObject>>,
     by_namespace: Index,
     by_owner_uid: Index,
+    by_any_owner_uid: Index,
     by_node_name: Index,
     /// The newest resourceVersion the store has applied.
     resource_version: u64,
@@ -48,6 +50,12 @@ impl Store {
     /// The objects whose controller ownerReference has UID `uid`.
     pub fn by_owner_uid(&self, uid: &str) -> Vec<Arc<CachedObject>> {
         self.lookup(|s| &s.by_owner_uid, uid)
+    }
+
+    /// The objects with any ownerReference (controller or not) to UID `uid`: its dependents of this
+    /// kind.
+    pub fn dependents_of(&self, uid: &str) -> Vec<Arc<CachedObject>> {
+        self.lookup(|s| &s.by_any_owner_uid, uid)
     }
 
     /// The pods bound to node `node`.
@@ -120,6 +128,9 @@ impl StoreInner {
             object.controller_owner.as_ref().map(|o| o.uid.as_str()),
             &key,
         );
+        for owner in &object.owners {
+            index_insert(&mut self.by_any_owner_uid, Some(&owner.uid), &key);
+        }
         index_insert(&mut self.by_node_name, object.node_name.as_deref(), &key);
         self.resource_version = self.resource_version.max(object.resource_version);
         self.objects.insert(key, object);
@@ -134,6 +145,9 @@ impl StoreInner {
             old.controller_owner.as_ref().map(|o| o.uid.as_str()),
             key,
         );
+        for owner in &old.owners {
+            index_remove(&mut self.by_any_owner_uid, Some(&owner.uid), key);
+        }
         index_remove(&mut self.by_node_name, old.node_name.as_deref(), key);
         Some(old)
     }
@@ -195,6 +209,7 @@ mod tests {
         store.apply(pod("b", "p3", 3, Some("rs-1"), Some("n1")));
         assert_eq!(names(store.by_namespace("a")), ["a/p1", "a/p2"]);
         assert_eq!(names(store.by_owner_uid("rs-1")), ["a/p1", "b/p3"]);
+        assert_eq!(names(store.dependents_of("rs-1")), ["a/p1", "b/p3"]);
         assert_eq!(names(store.by_node_name("n1")), ["a/p1", "b/p3"]);
         assert_eq!(store.len(), 3);
         assert_eq!(store.resource_version(), 3);
@@ -222,6 +237,7 @@ mod tests {
         assert!(
             inner.by_namespace.is_empty()
                 && inner.by_owner_uid.is_empty()
+                && inner.by_any_owner_uid.is_empty()
                 && inner.by_node_name.is_empty()
         );
     }
