@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use flotilla_common::ResourceKind;
 use kube::Resource;
+use kube::api::DynamicObject;
 use kube::runtime::events::Recorder;
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
@@ -119,6 +120,26 @@ impl Context {
                     kind: kind.kind.clone(),
                     source,
                 })
+            })
+            .collect()
+    }
+
+    /// Every related object the coordinator shipped with this item, of any kind, as dynamic objects
+    /// with their kinds: the dependents of an owner-graph controller's object.
+    ///
+    /// # Errors
+    /// [`ContextError::Decode`] when an object is not a valid Kubernetes object.
+    pub fn prefetched_objects(&self) -> Result<Vec<(ResourceKind, DynamicObject)>, ContextError> {
+        self.inner
+            .prefetched
+            .iter()
+            .map(|(kind, bytes)| {
+                let object =
+                    serde_json::from_slice(bytes).map_err(|source| ContextError::Decode {
+                        kind: kind.kind.clone(),
+                        source,
+                    })?;
+                Ok((kind.clone(), object))
             })
             .collect()
     }

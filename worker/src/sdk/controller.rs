@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flotilla_common::{ResourceKind, split_key};
+use flotilla_common::{KindedKey, ResourceKind, split_key};
 use flotilla_proto as proto;
 use futures::future::BoxFuture;
 use kube::Resource;
+use kube::api::DynamicObject;
 use serde::de::DeserializeOwned;
 
 use super::action::{Action, Outcome};
@@ -46,7 +47,8 @@ pub const DEFAULT_CONCURRENCY: u32 = 5;
 /// ```
 pub struct Controller<K> {
     name: String,
-    primary: ResourceKind,
+    /// `None` for an owner-graph controller.
+    primary: Option<ResourceKind>,
     mappings: Vec<proto::Mapping>,
     prefetch_owned: Vec<ResourceKind>,
     reads: Vec<ResourceKind>,
@@ -67,7 +69,7 @@ where
     pub fn new(name: &str) -> Self {
         Self {
             name: name.to_owned(),
-            primary: kind_of::<K>(),
+            primary: Some(kind_of::<K>()),
             mappings: Vec::new(),
             prefetch_owned: Vec::new(),
             reads: Vec::new(),
@@ -148,7 +150,32 @@ where
         self.resync = Some(period);
         self
     }
+}
 
+impl Controller<DynamicObject> {
+    /// A controller over the ownerReference graph of every resource the API server serves with list,
+    /// watch and delete (the garbage collector's shape): the coordinator discovers those resources,
+    /// CRDs included, and sends the objects that may need action. Keys are kinded
+    /// (`<group>/<version>/<plural>/<namespace>/<name>`, see [`flotilla_common::KindedKey`]); the
+    /// request's namespace and name are the object's, and [`Context::prefetched_objects`] holds the
+    /// object's dependents of every kind.
+    pub fn owner_graph(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            primary: None,
+            mappings: Vec::new(),
+            prefetch_owned: Vec::new(),
+            reads: Vec::new(),
+            resync: None,
+            concurrency: DEFAULT_CONCURRENCY,
+            reconcile: None,
+            error_policy: None,
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K: Send + Sync + 'static> Controller<K> {
     /// How many items this worker reconciles at once (default [`DEFAULT_CONCURRENCY`]); the
     /// `--concurrent-<name>-syncs` flag overrides it.
     pub fn concurrency(mut self, n: u32) -> Self {
@@ -210,7 +237,7 @@ type RunFn = Arc<dyn Fn(WorkItem, Context) -> BoxFuture<'static, Outcome> + Send
 #[derive(Clone)]
 pub struct DynController {
     name: String,
-    primary: ResourceKind,
+    primary: Option<ResourceKind>,
     mappings: Vec<proto::Mapping>,
     prefetch_owned: Vec<ResourceKind>,
     reads: Vec<ResourceKind>,
@@ -248,7 +275,9 @@ impl DynController {
             .iter()
             .filter_map(|m| m.kind.clone())
             .map(ResourceKind::from);
-        std::iter::once(self.primary.clone())
+        self.primary
+            .iter()
+            .cloned()
             .chain(mapped)
             .chain(self.prefetch_owned.iter().cloned())
             .chain(self.reads.iter().cloned())
@@ -258,7 +287,8 @@ impl DynController {
     pub(crate) fn spec(&self) -> proto::ControllerSpec {
         proto::ControllerSpec {
             name: self.name.clone(),
-            primary: Some((&self.primary).into()),
+            primary: self.primary.as_ref().map(Into::into),
+            owner_graph: self.primary.is_none(),
             mappings: self.mappings.clone(),
             prefetch_owned: self.prefetch_owned.iter().map(Into::into).collect(),
             watches: self.reads.iter().map(Into::into).collect(),
@@ -280,15 +310,18 @@ impl DynController {
 
 impl<K> From<Controller<K>> for DynController
 where
-    K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
-    K::Scope: KindScope,
+    K: DeserializeOwned + Send + Sync + 'static,
 {
     fn from(c: Controller<K>) -> Self {
-        let kind = c.primary.kind.clone();
+        let kind = c
+            .primary
+            .as_ref()
+            .map_or_else(|| "object".to_owned(), |k| k.kind.clone());
+        let kinded = c.primary.is_none();
         let run = c.reconcile.map(|reconcile| {
             let policy = c.error_policy.clone();
             Arc::new(move |item: WorkItem, ctx: Context| {
-                let request = match decode::<K>(&item, &kind) {
+                let request = match decode::<K>(&item, &kind, kinded) {
                     Ok(request) => request,
                     Err(message) => {
                         tracing::warn!(key = %item.key, error = %message, "cannot decode the object of an item");
@@ -324,7 +357,11 @@ where
     }
 }
 
-fn decode<K: DeserializeOwned>(item: &WorkItem, kind: &str) -> Result<Request<K>, String> {
+fn decode<K: DeserializeOwned>(
+    item: &WorkItem,
+    kind: &str,
+    kinded: bool,
+) -> Result<Request<K>, String> {
     let object = if item.object.is_empty() {
         None
     } else {
@@ -332,7 +369,13 @@ fn decode<K: DeserializeOwned>(item: &WorkItem, kind: &str) -> Result<Request<K>
             .map_err(|err| format!("object {} is not a valid {kind}: {err}", item.key))?;
         Some(Arc::new(object))
     };
-    let (namespace, name) = split_key(&item.key);
+    let (namespace, name) = if kinded {
+        let parsed = KindedKey::parse(&item.key)
+            .ok_or_else(|| format!("{} is not a kinded key", item.key))?;
+        (parsed.namespace, parsed.name)
+    } else {
+        split_key(&item.key)
+    };
     Ok(Request {
         key: item.key.clone(),
         namespace: namespace.map(str::to_owned),
