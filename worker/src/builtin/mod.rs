@@ -2,6 +2,7 @@
 //! `--concurrent-<name>-syncs` default and its constructor, so `flotilla worker` grows a flag per
 //! controller without editing the command.
 
+mod namespace;
 mod replicaset;
 mod serviceaccount;
 
@@ -46,6 +47,12 @@ pub fn builtins() -> &'static [Builtin] {
             flag: "rc",
             default_concurrency: replicaset::DEFAULT_CONCURRENCY,
             build: || replicaset::controller::<ReplicationController>().into(),
+        },
+        Builtin {
+            name: "namespace",
+            flag: "namespace",
+            default_concurrency: namespace::DEFAULT_CONCURRENCY,
+            build: || namespace::controller().into(),
         },
     ]
 }
@@ -131,6 +138,7 @@ mod tests {
         assert_eq!(concurrency_of(&[], "serviceaccount"), 1);
         assert_eq!(concurrency_of(&[], "replicaset"), 5);
         assert_eq!(concurrency_of(&[], "replicationcontroller"), 5);
+        assert_eq!(concurrency_of(&[], "namespace"), 10);
     }
 
     #[test]

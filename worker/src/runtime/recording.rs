@@ -240,31 +240,42 @@ fn writes_of(op: WriteOp, path: &str, body: &[u8], kinds: &KindTable) -> Vec<Wri
         return Vec::new();
     };
     let answer: Answer = serde_json::from_slice(body).unwrap_or_default();
+    // A kind the controllers did not declare is named by the answer. When the answer does not name it
+    // (a delete answered with a `Status`), the write is left out: the coordinator refuses a Done with a
+    // nameless kind, and an informer could not match one anyway (kinds compare by name too).
     let kind = |answer_kind: &str| match kinds.get(target.group, target.version, target.plural) {
-        Some(kind) => kind.clone(),
-        None => ResourceKind::new(
+        Some(kind) => Some(kind.clone()),
+        None if answer_kind.is_empty()
+            || answer_kind == "Status"
+            || answer_kind.ends_with("List") =>
+        {
+            None
+        }
+        None => Some(ResourceKind::new(
             target.group,
             target.version,
-            if answer_kind == "Status" || answer_kind.ends_with("List") {
-                ""
-            } else {
-                answer_kind
-            },
+            answer_kind,
             target.plural,
             target.namespace.is_some(),
-        ),
+        )),
     };
     let key_of = |kind: &ResourceKind, namespace: Option<&str>, name: &str| {
         kind.object_key(target.namespace.or(namespace), name)
     };
     match (op, target.name) {
-        // deletecollection: the answer lists what was deleted.
+        // deletecollection: the answer lists what was deleted. Items of built-in kinds carry no
+        // `kind`; the list's kind (`ConfigMapList`) names them.
         (WriteOp::Delete, None) => answer
             .items
             .iter()
-            .map(|item| {
-                let kind = kind(&item.kind);
-                Write {
+            .filter_map(|item| {
+                let item_kind = if item.kind.is_empty() {
+                    answer.kind.strip_suffix("List").unwrap_or_default()
+                } else {
+                    item.kind.as_str()
+                };
+                let kind = kind(item_kind)?;
+                Some(Write {
                     key: key_of(
                         &kind,
                         item.metadata.namespace.as_deref(),
@@ -273,14 +284,16 @@ fn writes_of(op: WriteOp, path: &str, body: &[u8], kinds: &KindTable) -> Vec<Wri
                     kind,
                     resource_version: item.metadata.resource_version.clone(),
                     op: WriteOp::Delete,
-                }
+                })
             })
             .collect(),
         (_, None) => {
             if answer.metadata.name.is_empty() {
                 return Vec::new();
             }
-            let kind = kind(&answer.kind);
+            let Some(kind) = kind(&answer.kind) else {
+                return Vec::new();
+            };
             vec![Write {
                 key: key_of(
                     &kind,
@@ -303,7 +316,9 @@ fn writes_of(op: WriteOp, path: &str, body: &[u8], kinds: &KindTable) -> Vec<Wri
             if is_status && op != WriteOp::Delete {
                 return Vec::new();
             }
-            let kind = kind(&answer.kind);
+            let Some(kind) = kind(&answer.kind) else {
+                return Vec::new();
+            };
             let resource_version = if is_status {
                 String::new()
             } else {
@@ -446,6 +461,37 @@ mod tests {
         );
         let keys: Vec<_> = writes.iter().map(|w| w.key.as_str()).collect();
         assert_eq!(keys, ["ns/a", "ns/b"]);
+    }
+
+    #[test]
+    fn a_delete_collection_of_an_undeclared_kind_names_its_items_by_the_list_kind() {
+        let body = br#"{"kind":"SecretList","apiVersion":"v1","items":[{"metadata":{"name":"a","namespace":"ns","resourceVersion":"3"}}]}"#;
+        let writes = writes_of(
+            WriteOp::Delete,
+            "/api/v1/namespaces/ns/secrets",
+            body,
+            &KindTable::default(),
+        );
+        assert_eq!(writes.len(), 1);
+        assert_eq!(
+            writes[0].kind,
+            ResourceKind::new("", "v1", "Secret", "secrets", true)
+        );
+        assert_eq!(writes[0].key, "ns/a");
+    }
+
+    #[test]
+    fn a_delete_of_an_undeclared_kind_answered_with_a_status_records_nothing() {
+        // Regression: it was recorded with an empty kind, which made the coordinator refuse the whole
+        // Done and keep the key held until the worker reconnected.
+        let body = br#"{"kind":"Status","apiVersion":"v1","status":"Success","details":{"name":"s","kind":"secrets"}}"#;
+        let writes = writes_of(
+            WriteOp::Delete,
+            "/api/v1/namespaces/ns/secrets/s",
+            body,
+            &KindTable::default(),
+        );
+        assert!(writes.is_empty());
     }
 
     #[test]
