@@ -9,6 +9,7 @@
 pub mod support;
 
 mod controllers {
+    mod namespace;
     mod replicaset;
     mod serviceaccount;
 }
