@@ -9,6 +9,7 @@
 pub mod support;
 
 mod controllers {
+    mod garbagecollector;
     mod namespace;
     mod replicaset;
     mod serviceaccount;

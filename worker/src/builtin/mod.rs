@@ -2,6 +2,7 @@
 //! `--concurrent-<name>-syncs` default and its constructor, so `flotilla worker` grows a flag per
 //! controller without editing the command.
 
+mod garbagecollector;
 mod namespace;
 mod replicaset;
 mod serviceaccount;
@@ -47,6 +48,12 @@ pub fn builtins() -> &'static [Builtin] {
             flag: "rc",
             default_concurrency: replicaset::DEFAULT_CONCURRENCY,
             build: || replicaset::controller::<ReplicationController>().into(),
+        },
+        Builtin {
+            name: "garbagecollector",
+            flag: "gc",
+            default_concurrency: garbagecollector::DEFAULT_CONCURRENCY,
+            build: || garbagecollector::controller().into(),
         },
         Builtin {
             name: "namespace",
@@ -138,6 +145,11 @@ mod tests {
         assert_eq!(concurrency_of(&[], "serviceaccount"), 1);
         assert_eq!(concurrency_of(&[], "replicaset"), 5);
         assert_eq!(concurrency_of(&[], "replicationcontroller"), 5);
+        assert_eq!(concurrency_of(&[], "garbagecollector"), 20);
+        assert_eq!(
+            concurrency_of(&["--concurrent-gc-syncs", "4"], "garbagecollector"),
+            4
+        );
         assert_eq!(concurrency_of(&[], "namespace"), 10);
     }
 

@@ -1,0 +1,290 @@
+//! The `garbagecollector` controller: each propagation policy on an owner with pods (Background: the
+//! pods follow the owner; Foreground: the owner goes only after its pods; Orphan: the pods stay without
+//! the reference), and the ownerReference graph across kinds, a custom resource included (a dependent
+//! goes when its owner goes, a reference whose uid does not match the live owner counts as absent, and a
+//! dependent with a surviving owner only loses its reference to the one that went).
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy,
+};
+use serde_json::{Value, json};
+
+use crate::support::cluster::TestCluster;
+use crate::support::fleet::{Fleet, Proc};
+use crate::support::namespace::{random_suffix, unique_namespace};
+use crate::support::raw;
+use crate::support::wait::wait_for;
+
+const CONVERGE: Duration = Duration::from_secs(60);
+
+/// A coordinator and two workers running `controllers`.
+async fn fleet(cluster: &TestCluster, controllers: &str) -> (Fleet, Vec<Proc>) {
+    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    let mut procs = vec![fleet.coordinator("c0", &[])];
+    for i in 0..2 {
+        procs.push(fleet.worker(
+            "flotilla",
+            &format!("w{i}"),
+            &["worker", "--controllers", controllers],
+        ));
+    }
+    fleet.wait_for_workers(2, CONVERGE).await;
+    (fleet, procs)
+}
+
+fn replica_set(name: &str, replicas: i32) -> ReplicaSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+        }
+    }))
+    .unwrap()
+}
+
+fn references(pod: &Pod, uid: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid)
+}
+
+/// The pods of `app`, once `n` of them exist.
+async fn pods_of(pods: &Api<Pod>, app: &str, n: usize) -> Vec<Pod> {
+    wait_for(CONVERGE, &format!("{n} pods of {app}"), || async {
+        let list = pods
+            .list(&ListParams::default().labels(&format!("app={app}")))
+            .await
+            .ok()?;
+        (list.items.len() == n).then_some(list.items)
+    })
+    .await
+}
+
+/// Deletes a ReplicaSet of 3 pods with `policy`; returns the pods left once the ReplicaSet is gone,
+/// listed at the first moment it is observed gone.
+async fn delete_with(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    policy: PropagationPolicy,
+) -> Vec<Pod> {
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let rs = sets
+        .create(&PostParams::default(), &replica_set(name, 3))
+        .await
+        .unwrap();
+    let uid = rs.metadata.uid.unwrap();
+    let created = pods_of(&pods, name, 3).await;
+    assert!(created.iter().all(|p| references(p, &uid)));
+
+    let what = format!("ReplicaSet {name} deleted with {policy:?} to be gone");
+    let params = DeleteParams {
+        propagation_policy: Some(policy),
+        ..DeleteParams::default()
+    };
+    sets.delete(name, &params).await.unwrap();
+    wait_for(CONVERGE, &what, || async {
+        sets.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    pods.list(&ListParams::default().labels(&format!("app={name}")))
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_propagation_policy_leaves_what_it_promises() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let (_fleet, _procs) = fleet(&cluster, "replicaset,garbagecollector").await;
+    let ns = unique_namespace(&client, "gc-policy").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    // Foreground: the owner is gone only after its (blocking) pods are.
+    let left = delete_with(&client, &ns, "fg", PropagationPolicy::Foreground).await;
+    assert!(
+        left.is_empty(),
+        "a foreground deletion let the owner go before its pods: {} left",
+        left.len()
+    );
+
+    // Orphan: the owner goes, its pods stay and no longer reference it.
+    let left = delete_with(&client, &ns, "orphan", PropagationPolicy::Orphan).await;
+    assert_eq!(left.len(), 3, "orphaned pods must stay");
+    assert!(
+        left.iter().all(|p| p
+            .metadata
+            .owner_references
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()),
+        "orphaned pods still reference their owner"
+    );
+
+    // Background: the owner goes at once, its pods after it.
+    delete_with(&client, &ns, "bg", PropagationPolicy::Background).await;
+    wait_for(
+        CONVERGE,
+        "the pods of a background-deleted ReplicaSet to be collected",
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=bg"))
+                .await
+                .ok()?;
+            list.items.is_empty().then_some(())
+        },
+    )
+    .await;
+    let orphans = pods
+        .list(&ListParams::default().labels("app=orphan"))
+        .await
+        .unwrap();
+    assert_eq!(
+        orphans.items.len(),
+        3,
+        "the collector must not touch orphans"
+    );
+}
+
+/// A namespaced CRD `gadgets` in a fresh group; returns its resource once Established.
+async fn gadget_crd(client: &kube::Client) -> ApiResource {
+    let group = format!("g{}.gctest.flotilla.dev", random_suffix(5));
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    });
+    let path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    raw::post(client, path, &crd).await.expect_ok(201);
+    let name = format!("gadgets.{group}");
+    wait_for(
+        CONVERGE,
+        &format!("CRD {name} to be Established"),
+        || async {
+            let crd = raw::get(client, &format!("{path}/{name}")).await.json();
+            crd["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+                .then_some(())
+        },
+    )
+    .await;
+    ApiResource {
+        group: group.clone(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    }
+}
+
+fn owned_by(owners: &[&ConfigMap]) -> Value {
+    json!(
+        owners
+            .iter()
+            .map(|o| json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "name": o.metadata.name, "uid": o.metadata.uid}))
+            .collect::<Vec<_>>()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_graph_spans_kinds_and_custom_resources_and_checks_owner_uids() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    // The CRD exists before the fleet starts, so the first discovery covers it.
+    let gadgets = gadget_crd(&client).await;
+    let ns = unique_namespace(&client, "gc-graph").await;
+    let (_fleet, _procs) = fleet(&cluster, "garbagecollector").await;
+
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let custom: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &gadgets);
+    let config_map = |name: &str, owners: Value| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": owners}}))
+            .unwrap()
+    };
+    let pp = PostParams::default();
+    let owner = maps
+        .create(&pp, &config_map("owner", json!([])))
+        .await
+        .unwrap();
+    let keeper = maps
+        .create(&pp, &config_map("keeper", json!([])))
+        .await
+        .unwrap();
+
+    // A reference to `keeper` by name with a uid that is not keeper's: the owner is absent.
+    let mut stale_ref = owned_by(&[&keeper]);
+    stale_ref[0]["uid"] = json!("00000000-0000-0000-0000-000000000000");
+    maps.create(&pp, &config_map("stale", stale_ref))
+        .await
+        .unwrap();
+    let gadget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": gadgets.api_version, "kind": "Gadget",
+        "metadata": {"name": "child", "ownerReferences": owned_by(&[&owner])},
+    }))
+    .unwrap();
+    custom.create(&pp, &gadget).await.unwrap();
+    let shared: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "shared", "ownerReferences": owned_by(&[&owner, &keeper])},
+    }))
+    .unwrap();
+    secrets.create(&pp, &shared).await.unwrap();
+
+    wait_for(
+        CONVERGE,
+        "a dependent whose owner uid does not match to be collected",
+        || async { maps.get_opt("stale").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+
+    maps.delete("owner", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        CONVERGE,
+        "the custom resource owned by a deleted ConfigMap to be collected",
+        || async { custom.get_opt("child").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    let shared = wait_for(
+        CONVERGE,
+        "the Secret with a surviving owner to lose its reference to the deleted one",
+        || async {
+            let s = secrets.get_opt("shared").await.ok()??;
+            (s.metadata.owner_references.as_ref()?.len() == 1).then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(
+        shared.metadata.owner_references.unwrap()[0].uid,
+        keeper.metadata.uid.unwrap(),
+        "the reference kept must be the surviving owner's"
+    );
+    assert!(
+        maps.get_opt("keeper").await.unwrap().is_some(),
+        "an owner without owners must never be collected"
+    );
+}
