@@ -3,6 +3,7 @@
 //! controller without editing the command.
 
 mod garbagecollector;
+mod deployment;
 mod namespace;
 mod replicaset;
 mod serviceaccount;
@@ -42,6 +43,12 @@ pub fn builtins() -> &'static [Builtin] {
             flag: "replicaset",
             default_concurrency: replicaset::DEFAULT_CONCURRENCY,
             build: || replicaset::controller::<ReplicaSet>().into(),
+        },
+        Builtin {
+            name: "deployment",
+            flag: "deployment",
+            default_concurrency: deployment::DEFAULT_CONCURRENCY,
+            build: || deployment::controller().into(),
         },
         Builtin {
             name: "replicationcontroller",
@@ -145,6 +152,7 @@ mod tests {
         assert_eq!(concurrency_of(&[], "serviceaccount"), 1);
         assert_eq!(concurrency_of(&[], "replicaset"), 5);
         assert_eq!(concurrency_of(&[], "replicationcontroller"), 5);
+        assert_eq!(concurrency_of(&[], "deployment"), 5);
         assert_eq!(concurrency_of(&[], "garbagecollector"), 20);
         assert_eq!(
             concurrency_of(&["--concurrent-gc-syncs", "4"], "garbagecollector"),

@@ -1,48 +1,59 @@
-//! Which pods an owner claims (upstream `PodControllerRefManager.ClaimPods`): its own pods that still
-//! match stay, its pods that stopped matching are released, matching orphans are adopted.
+//! Which objects an owner claims (upstream `ControllerRefManager`: `ClaimPods` of the replica
+//! controllers, `ClaimReplicaSets` of the deployment controller): its own objects that still match stay,
+//! its objects that stopped matching are released, matching orphans are adopted.
 
 use flotilla_common::LabelSelector;
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
-/// What to do with the pods an owner could claim.
-#[derive(Debug, Default)]
-pub struct Claims {
+/// What to do with the objects (pods, ReplicaSets) an owner could claim.
+#[derive(Debug)]
+pub struct Claims<T> {
     /// Controlled by the owner and matching: they count.
-    pub keep: Vec<Pod>,
+    pub keep: Vec<T>,
     /// Controlled by the owner but no longer matching: remove the owner reference.
-    pub release: Vec<Pod>,
+    pub release: Vec<T>,
     /// Matching and controlled by nobody: add the owner reference, then they count.
-    pub adopt: Vec<Pod>,
+    pub adopt: Vec<T>,
 }
 
-/// Sorts `owned` (the pods the owner controls) and `matching` (the pods its selector selects, any
-/// owner). An owner being deleted neither adopts nor releases; a pod being deleted is neither adopted
-/// nor released; pods of another controller are left alone.
-pub fn claim(
-    owned: Vec<Pod>,
-    matching: Vec<Pod>,
+impl<T> Default for Claims<T> {
+    fn default() -> Self {
+        Self {
+            keep: Vec::new(),
+            release: Vec::new(),
+            adopt: Vec::new(),
+        }
+    }
+}
+
+/// Sorts `owned` (the objects the owner controls) and `matching` (the objects its selector selects,
+/// any owner). An owner being deleted neither adopts nor releases; an object being deleted is neither
+/// adopted nor released; objects of another controller are left alone.
+pub fn claim<T: Resource>(
+    owned: Vec<T>,
+    matching: Vec<T>,
     selector: &LabelSelector,
     owner_deleting: bool,
-) -> Claims {
+) -> Claims<T> {
     let mut claims = Claims::default();
-    for pod in owned {
-        if selector.matches(pod.labels()) {
-            claims.keep.push(pod);
-        } else if !owner_deleting && pod.metadata.deletion_timestamp.is_none() {
-            claims.release.push(pod);
+    for object in owned {
+        if selector.matches(object.labels()) {
+            claims.keep.push(object);
+        } else if !owner_deleting && object.meta().deletion_timestamp.is_none() {
+            claims.release.push(object);
         }
     }
     if owner_deleting {
         return claims;
     }
-    for pod in matching {
-        let orphan = !pod
+    for object in matching {
+        let orphan = !object
             .owner_references()
             .iter()
             .any(|o| o.controller == Some(true));
-        if orphan && pod.metadata.deletion_timestamp.is_none() && selector.matches(pod.labels()) {
-            claims.adopt.push(pod);
+        if orphan && object.meta().deletion_timestamp.is_none() && selector.matches(object.labels())
+        {
+            claims.adopt.push(object);
         }
     }
     claims
@@ -52,6 +63,7 @@ pub fn claim(
 mod tests {
     use std::collections::BTreeMap;
 
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
     use k8s_openapi::jiff::Timestamp;
 

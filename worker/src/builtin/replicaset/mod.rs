@@ -1,7 +1,7 @@
 //! The `replicaset` and `replicationcontroller` controllers: one implementation keeping
 //! `spec.replicas` pods from the template (upstream `pkg/controller/replicaset`).
 
-mod claim;
+pub(super) mod claim;
 mod owner;
 mod pods;
 mod ranking;
