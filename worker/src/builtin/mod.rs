@@ -2,8 +2,8 @@
 //! `--concurrent-<name>-syncs` default and its constructor, so `flotilla worker` grows a flag per
 //! controller without editing the command.
 
-mod garbagecollector;
 mod deployment;
+mod garbagecollector;
 mod namespace;
 mod replicaset;
 mod serviceaccount;
