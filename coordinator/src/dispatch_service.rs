@@ -142,7 +142,13 @@ impl proto::dispatch_server::Dispatch for DispatchService {
                             let mut done = Vec::with_capacity(batch.items.len());
                             for d in batch.items {
                                 match Done::try_from(d) {
-                                    Ok(d) => done.push(d),
+                                    Ok(mut d) => {
+                                        for e in d.invalid_writes.drain(..) {
+                                            metrics.bad("invalid_write");
+                                            warn!(error = %e, "unreadable write in a Done; finishing the item without waiting for it");
+                                        }
+                                        done.push(d);
+                                    }
                                     // Keep the item held: a Done we cannot read must not free a key.
                                     // The worker's next Hello (or its lease) settles it.
                                     Err(e) => {

@@ -121,11 +121,14 @@ pub struct Done {
     pub term: u64,
     pub outcome: Outcome,
     pub writes: Vec<Write>,
+    /// Writes left out because they did not convert: they get no read-your-writes hold, but the item
+    /// still finishes (holding it until the worker reconnects would stall the key for nothing).
+    pub invalid_writes: Vec<ConvertError>,
     pub error: String,
 }
 
 /// Why a peer's message was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ConvertError {
     #[error("missing field {0}")]
     Missing(&'static str),
@@ -279,7 +282,7 @@ impl TryFrom<proto::Done> for Done {
                 });
             }
         };
-        let writes = d
+        let (writes, invalid_writes): (Vec<_>, Vec<_>) = d
             .writes
             .into_iter()
             .map(|w| {
@@ -305,13 +308,56 @@ impl TryFrom<proto::Done> for Done {
                     op,
                 })
             })
-            .collect::<Result<_, _>>()?;
+            .partition(Result::is_ok);
         Ok(Self {
             item_id: d.item_id,
             term: d.term,
             outcome,
-            writes,
+            writes: writes.into_iter().filter_map(Result::ok).collect(),
+            invalid_writes: invalid_writes.into_iter().filter_map(Result::err).collect(),
             error: d.error,
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_done_with_an_unreadable_write_still_finishes_and_names_the_write() {
+        let write = |kind: &str| proto::Write {
+            kind: Some(proto::ResourceKind {
+                group: String::new(),
+                version: "v1".into(),
+                kind: kind.into(),
+                plural: "configmaps".into(),
+                namespaced: true,
+            }),
+            key: "ns/a".into(),
+            resource_version: "7".into(),
+            op: proto::WriteOp::Update.into(),
+        };
+        let done = Done::try_from(proto::Done {
+            item_id: 3,
+            term: 1,
+            outcome: proto::Outcome::Success.into(),
+            writes: vec![write("ConfigMap"), write("")],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(done.writes.len(), 1);
+        assert_eq!(done.writes[0].resource_version, Some(7));
+        assert_eq!(done.invalid_writes.len(), 1);
+    }
+
+    #[test]
+    fn a_done_with_an_unknown_outcome_is_refused() {
+        let refused = Done::try_from(proto::Done {
+            outcome: 99,
+            ..Default::default()
+        });
+        assert!(refused.is_err());
     }
 }
