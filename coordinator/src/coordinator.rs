@@ -21,7 +21,7 @@ use crate::admin_service::AdminService;
 use crate::config::CoordinatorConfig;
 use crate::dispatch_service::DispatchService;
 use crate::fleet::{self, Command, DispatcherHandle, TermContext};
-use crate::informer::Informers;
+use crate::informer::{Informers, deletable_resources};
 use crate::leader_slot::LeaderSlot;
 use crate::metrics::FleetMetrics;
 use crate::queue::QueueMetricsFamilies;
@@ -329,7 +329,9 @@ impl Process {
     async fn warm_informers(self, stop: CancellationToken) {
         let keys = FleetKeys::new(&self.config.fleet);
         let mut etcd = self.etcd.clone();
+        let mut next_discovery = tokio::time::Instant::now();
         loop {
+            let mut owner_graph = false;
             if let Ok(resp) = etcd
                 .get(
                     keys.controllers_prefix(),
@@ -338,8 +340,21 @@ impl Process {
                 .await
             {
                 for kv in resp.kvs() {
-                    for kind in fleet::spec_kinds(kv.value()) {
+                    let (kinds, graph) = fleet::spec_informers(kv.value());
+                    owner_graph |= graph;
+                    for kind in kinds {
                         self.informers.ensure(&kind);
+                    }
+                }
+            }
+            // The owner graph covers every deletable resource: warm those too, rediscovered as a
+            // leader does, so a takeover does not start with listing the whole cluster.
+            if owner_graph && tokio::time::Instant::now() >= next_discovery {
+                next_discovery = tokio::time::Instant::now() + fleet::DISCOVERY_PERIOD;
+                match deletable_resources(&self.informers.client()).await {
+                    Ok(kinds) => kinds.iter().for_each(|k| self.informers.ensure(k)),
+                    Err(err) => {
+                        warn!(error = %err, "resource discovery for the owner graph failed")
                     }
                 }
             }

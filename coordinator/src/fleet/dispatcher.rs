@@ -1638,7 +1638,7 @@ fn primary_keys(primary: &Primary, graph: &OwnerGraph, informers: &Informers) ->
 }
 
 /// How often the owner graph rediscovers the served resources (upstream's garbage collector: 30 s).
-const DISCOVERY_PERIOD: Duration = Duration::from_secs(30);
+pub const DISCOVERY_PERIOD: Duration = Duration::from_secs(30);
 
 /// Discovers the deletable resources now and every [`DISCOVERY_PERIOD`] until `stop`; failures are
 /// logged and retried at the next period.

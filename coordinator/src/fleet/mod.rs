@@ -10,16 +10,17 @@ mod shards;
 mod spec_codec;
 mod workers;
 
-pub use dispatcher::{Command, DispatcherHandle, TermContext, spawn};
+pub use dispatcher::{Command, DISCOVERY_PERIOD, DispatcherHandle, TermContext, spawn};
 pub use messages::{Done, Hello};
 
-/// The kinds a stored controller spec (etcd `controllers/<name>`) needs informers for; empty when the
-/// spec is unreadable.
-pub fn spec_kinds(encoded: &[u8]) -> Vec<flotilla_common::ResourceKind> {
+/// What a stored controller spec (etcd `controllers/<name>`) needs informers for: the kinds it names,
+/// and whether it works on the owner graph (so needs every discovered deletable resource too). Nothing
+/// when the spec is unreadable.
+pub fn spec_informers(encoded: &[u8]) -> (Vec<flotilla_common::ResourceKind>, bool) {
     use prost::Message;
     flotilla_proto::ControllerSpec::decode(encoded)
         .ok()
         .and_then(|p| messages::ControllerSpec::try_from(p).ok())
-        .map(|s| s.kinds())
+        .map(|s| (s.kinds(), s.primary == messages::Primary::OwnerGraph))
         .unwrap_or_default()
 }
