@@ -452,8 +452,8 @@ impl Dispatcher {
         let Some(state) = self.controllers.get_mut(controller) else {
             return;
         };
-        let graph_synced =
-            state.spec.primary != Primary::OwnerGraph || self.graph.synced(&self.ctx.informers);
+        let graph_synced = state.spec.primary != Primary::OwnerGraph
+            || self.graph.synced(&self.ctx.informers, Instant::now());
         if state.synced
             || !graph_synced
             || !state
@@ -1108,6 +1108,16 @@ impl Dispatcher {
     async fn periodic(&mut self) -> Result<(), TermError> {
         let now = Instant::now();
         self.promote_due();
+        // An owner-graph controller may open on time alone (a kind that never syncs, see SYNC_GRACE).
+        let waiting: Vec<String> = self
+            .controllers
+            .values()
+            .filter(|c| !c.synced && c.spec.primary == Primary::OwnerGraph)
+            .map(|c| c.spec.name.clone())
+            .collect();
+        for name in waiting {
+            self.check_synced(&name);
+        }
         for state in self.controllers.values_mut() {
             state.queue.update_unfinished_work(now);
             if let (Some(at), Some(every)) = (state.next_resync, state.spec.resync)

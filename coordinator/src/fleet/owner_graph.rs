@@ -11,8 +11,11 @@
 //! - it is a dependent of an object that was deleted or started deleting;
 //! - it is a foreground-deleting owner of an object that was deleted or dropped its reference.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use flotilla_common::{KindedKey, ResourceKind};
 
@@ -23,11 +26,17 @@ pub const ORPHAN_FINALIZER: &str = "orphan";
 /// The finalizer of an object whose blocking dependents are deleted before it goes.
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 
+/// How long a discovered kind may take to sync before the graph stops waiting for it (a resource whose
+/// list keeps failing must not stop collection everywhere else; upstream's collector likewise proceeds
+/// after a bounded wait).
+pub const SYNC_GRACE: Duration = Duration::from_secs(60);
+
 /// The discovered kinds and the owner-graph controllers routed over them.
 #[derive(Debug, Default)]
 pub struct OwnerGraph {
     controllers: Vec<String>,
-    kinds: BTreeSet<ResourceKind>,
+    /// Covered kinds, with when they were first discovered.
+    kinds: BTreeMap<ResourceKind, Instant>,
     /// (apiVersion, kind) → kind, for resolving ownerReferences.
     by_type: HashMap<(String, String), ResourceKind>,
     discovered: bool,
@@ -50,9 +59,10 @@ impl OwnerGraph {
     /// that vanish stay covered: their objects' deletions still reach the graph.
     pub fn discovered(&mut self, kinds: Vec<ResourceKind>) -> Vec<ResourceKind> {
         self.discovered = true;
+        let now = Instant::now();
         let mut added = Vec::new();
         for kind in kinds {
-            if self.kinds.insert(kind.clone()) {
+            if self.kinds.insert(kind.clone(), now).is_none() {
                 self.by_type
                     .insert((kind.api_version(), kind.kind.clone()), kind.clone());
                 added.push(kind);
@@ -61,19 +71,23 @@ impl OwnerGraph {
         added
     }
 
-    /// Whether the first discovery is done and every covered kind's informer has synced.
-    pub fn synced(&self, informers: &Informers) -> bool {
-        self.discovered && self.kinds.iter().all(|k| informers.is_synced(k))
+    /// Whether the first discovery is done and every covered kind's informer has synced, or has had
+    /// [`SYNC_GRACE`] to do so.
+    pub fn synced(&self, informers: &Informers, now: Instant) -> bool {
+        self.discovered
+            && self.kinds.iter().all(|(kind, since)| {
+                informers.is_synced(kind) || now.duration_since(*since) >= SYNC_GRACE
+            })
     }
 
     /// The covered kinds.
     pub fn kinds(&self) -> impl Iterator<Item = &ResourceKind> {
-        self.kinds.iter()
+        self.kinds.keys()
     }
 
     /// Whether `kind` is covered.
     pub fn covers(&self, kind: &ResourceKind) -> bool {
-        self.kinds.contains(kind)
+        self.kinds.contains_key(kind)
     }
 
     /// The keys of `kind`'s cached objects that need action: the initial list after a sync.
@@ -137,12 +151,12 @@ impl OwnerGraph {
         informers: &Informers,
     ) -> Option<(Arc<CachedObject>, Vec<Arc<CachedObject>>)> {
         let parsed = KindedKey::parse(key)?;
-        let kind = self.kinds.iter().find(|k| parsed.is_of(k))?;
+        let kind = self.kinds().find(|k| parsed.is_of(k))?;
         let object = informers
             .store(kind)?
             .get(&kind.object_key(parsed.namespace, parsed.name))?;
         let mut dependents = Vec::new();
-        for kind in &self.kinds {
+        for kind in self.kinds() {
             if let Some(store) = informers.store(kind) {
                 dependents.extend(store.dependents_of(&object.uid));
             }
@@ -182,7 +196,7 @@ impl OwnerGraph {
     }
 
     fn dependents(&self, uid: &str, informers: &Informers, keys: &mut Vec<String>) {
-        for kind in &self.kinds {
+        for kind in self.kinds() {
             if let Some(store) = informers.store(kind) {
                 keys.extend(store.dependents_of(uid).iter().map(|d| kinded_key(d)));
             }
@@ -225,4 +239,170 @@ fn has_graph_finalizer(object: &CachedObject) -> bool {
 
 fn has_foreground(object: &CachedObject) -> bool {
     object.finalizers.iter().any(|f| f == FOREGROUND_FINALIZER)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use prometheus_client::registry::Registry;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn configmaps() -> ResourceKind {
+        ResourceKind::new("", "v1", "ConfigMap", "configmaps", true)
+    }
+
+    fn secrets() -> ResourceKind {
+        ResourceKind::new("", "v1", "Secret", "secrets", true)
+    }
+
+    /// Informers whose stores the test fills directly (their watches never reach a server).
+    fn graph() -> (OwnerGraph, Informers) {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let informers = Informers::new(
+            kube::Client::try_from(config).unwrap(),
+            &mut Registry::default(),
+        );
+        let mut graph = OwnerGraph::default();
+        assert!(graph.add_controller("garbagecollector"));
+        for kind in graph.discovered(vec![configmaps(), secrets()]) {
+            informers.ensure(&kind);
+        }
+        (graph, informers)
+    }
+
+    fn object(
+        kind: &ResourceKind,
+        name: &str,
+        owners: &[(&str, &str)],
+        meta: Value,
+    ) -> Arc<CachedObject> {
+        let refs: Vec<Value> = owners
+            .iter()
+            .map(|(owner, uid)| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": uid}))
+            .collect();
+        let mut metadata = json!({"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+            "resourceVersion": "1", "ownerReferences": refs});
+        if let (Some(m), Some(extra)) = (metadata.as_object_mut(), meta.as_object()) {
+            m.extend(extra.clone());
+        }
+        Arc::new(CachedObject::from_value(kind, json!({"metadata": metadata})).unwrap())
+    }
+
+    fn cache(informers: &Informers, object: &Arc<CachedObject>) {
+        informers.store(&object.kind).unwrap().apply(object.clone());
+    }
+
+    fn keys(graph: &OwnerGraph, informers: &Informers, event: InformerEvent) -> Vec<String> {
+        let mut out = Vec::new();
+        graph.keys_for(&event, informers, &mut out);
+        let mut keys: Vec<String> = out.into_iter().map(|(_, key)| key).collect();
+        keys.sort();
+        keys
+    }
+
+    fn applied(new: &Arc<CachedObject>) -> InformerEvent {
+        InformerEvent::Applied {
+            old: None,
+            new: new.clone(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dependent_is_a_key_only_when_its_owner_is_absent_or_another_object() {
+        let (graph, informers) = graph();
+        let owner = object(&configmaps(), "owner", &[], json!({}));
+        cache(&informers, &owner);
+        let solid = object(&secrets(), "solid", &[("owner", "uid-owner")], json!({}));
+        let orphaned = object(&secrets(), "orphaned", &[("gone", "uid-gone")], json!({}));
+        let stale = object(&secrets(), "stale", &[("owner", "uid-previous")], json!({}));
+        assert!(keys(&graph, &informers, applied(&solid)).is_empty());
+        assert_eq!(
+            keys(&graph, &informers, applied(&orphaned)),
+            ["/v1/secrets/ns/orphaned"]
+        );
+        assert_eq!(
+            keys(&graph, &informers, applied(&stale)),
+            ["/v1/secrets/ns/stale"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deleted_owner_enqueues_its_dependents_of_every_kind() {
+        let (graph, informers) = graph();
+        let owner = object(&configmaps(), "owner", &[], json!({}));
+        for dependent in [
+            object(&secrets(), "s", &[("owner", "uid-owner")], json!({})),
+            object(&configmaps(), "c", &[("owner", "uid-owner")], json!({})),
+            object(
+                &secrets(),
+                "unrelated",
+                &[("other", "uid-other")],
+                json!({}),
+            ),
+        ] {
+            cache(&informers, &dependent);
+        }
+        let deleted = InformerEvent::Deleted {
+            old: owner,
+            final_state_unknown: false,
+        };
+        assert_eq!(
+            keys(&graph, &informers, deleted),
+            ["/v1/configmaps/ns/c", "/v1/secrets/ns/s"]
+        );
+        let (object, dependents) = graph
+            .payload("/v1/secrets/ns/unrelated", &informers)
+            .unwrap();
+        assert_eq!(object.name, "unrelated");
+        assert!(dependents.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_foreground_deletion_enqueues_the_owner_its_dependents_and_again_the_owner_as_they_go()
+     {
+        let (graph, informers) = graph();
+        let deleting = json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [FOREGROUND_FINALIZER]});
+        let before = object(&configmaps(), "owner", &[], json!({}));
+        let owner = object(&configmaps(), "owner", &[], deleting);
+        cache(&informers, &owner);
+        let dependent = object(&secrets(), "s", &[("owner", "uid-owner")], json!({}));
+        cache(&informers, &dependent);
+        let started = InformerEvent::Applied {
+            old: Some(before),
+            new: owner.clone(),
+        };
+        assert_eq!(
+            keys(&graph, &informers, started),
+            ["/v1/configmaps/ns/owner", "/v1/secrets/ns/s"]
+        );
+        let (_, dependents) = graph
+            .payload("/v1/configmaps/ns/owner", &informers)
+            .unwrap();
+        assert_eq!(dependents.len(), 1);
+        let gone = InformerEvent::Deleted {
+            old: dependent,
+            final_state_unknown: false,
+        };
+        assert_eq!(keys(&graph, &informers, gone), ["/v1/configmaps/ns/owner"]);
+    }
+
+    #[tokio::test]
+    async fn kinds_not_covered_and_kinds_that_never_sync_do_not_stall_the_graph() {
+        let (graph, informers) = graph();
+        let pods = ResourceKind::new("", "v1", "Pod", "pods", true);
+        let pod = Arc::new(
+            CachedObject::from_value(&pods, json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "ux"}]}}))
+            .unwrap(),
+        );
+        assert!(
+            keys(&graph, &informers, applied(&pod)).is_empty(),
+            "pods are not covered"
+        );
+        let now = Instant::now();
+        assert!(!graph.synced(&informers, now), "nothing synced yet");
+        assert!(graph.synced(&informers, now + SYNC_GRACE));
+    }
 }
