@@ -103,9 +103,17 @@ async fn core_v1_lists_the_builtin_resources_with_their_verbs_and_subresources()
         ("events", "Event"),
         ("persistentvolumeclaims", "PersistentVolumeClaim"),
         ("replicationcontrollers", "ReplicationController"),
+        ("resourcequotas", "ResourceQuota"),
     ] {
         assert_resource(&list, name, true, kind, &ALL_VERBS);
     }
+    assert_resource(
+        &list,
+        "resourcequotas/status",
+        true,
+        "ResourceQuota",
+        &SUBRESOURCE_VERBS,
+    );
     assert_resource(
         &list,
         "replicationcontrollers/scale",
@@ -127,6 +135,10 @@ async fn core_v1_lists_the_builtin_resources_with_their_verbs_and_subresources()
     assert_eq!(
         resource(&list, "configmaps")["shortNames"],
         serde_json::json!(["cm"])
+    );
+    assert_eq!(
+        resource(&list, "resourcequotas")["shortNames"],
+        serde_json::json!(["quota"])
     );
 }
 

@@ -221,6 +221,20 @@ pub fn builtins() -> Vec<ResourceInfo> {
         }),
         spec!(
             "",
+            "resourcequotas",
+            "resourcequota",
+            "ResourceQuota",
+            true,
+            &["quota"],
+            false,
+            "resourcequotas"
+        )
+        .with(|r| {
+            r.subresources = status();
+            r.prepare_create = super::quota::prepare_create;
+        }),
+        spec!(
+            "",
             "secrets",
             "secret",
             "Secret",

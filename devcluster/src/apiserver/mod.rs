@@ -49,6 +49,11 @@
 //!   missing; the `kubernetes` Service is not.
 //! * kubectl's typed generators (`kubectl create namespace`, `kubectl create deployment`, ...) send
 //!   protobuf bodies, which devcluster cannot decode (415); `kubectl apply/create -f` send JSON and work.
+//! * ResourceQuota enforces pod counts only (`spec.hard.pods` / `count/pods`), counting the namespace's
+//!   pods live at admission rather than charging `status.used`, so a new quota admits pods at once
+//!   (upstream waits for the quota controller's first status). `status.hard` and `status.used` (pod counts
+//!   only) are kept by a task inside devcluster; other limits are stored but not enforced, scopes are
+//!   ignored (see `quota`).
 //! * `POST /flotilla/v1/compact` is devcluster-only: it compacts etcd at the current revision and answers
 //!   `{"revision": N}`; other routes under `/flotilla/` come from [`DevClusterConfig::extension`].
 
@@ -67,6 +72,7 @@ mod objects;
 mod openapi;
 mod patch;
 mod query;
+mod quota;
 mod registry;
 mod render;
 mod selector;

@@ -211,6 +211,10 @@ async fn check_namespace(
     }
 }
 
+fn is_pod(info: &ResourceInfo) -> bool {
+    info.group.is_empty() && info.resource == "pods"
+}
+
 fn strip_for_list(info: &ResourceInfo, mut v: Value) -> Value {
     if !info.custom
         && let Some(m) = v.as_object_mut()
@@ -339,6 +343,13 @@ async fn create_one(
     if info.namespaced {
         check_namespace(st, info, t.namespace.as_deref().unwrap_or(""), &name).await?;
     }
+    // Held until the pod is stored (or the create fails), so no other pod create of the namespace
+    // counts against a quota in between.
+    let _admitted = if is_pod(info) {
+        super::quota::admit_pod(st, t.namespace.as_deref().unwrap_or(""), &name).await?
+    } else {
+        None
+    };
     let mut claims = Vec::new();
     if info.allocates_service_ips {
         claims = super::services::allocate(st, &mut obj).await?;

@@ -148,9 +148,11 @@ impl DevCluster {
             bookmark_interval: config.bookmark_interval,
             cancel: cancel.clone(),
             address: addr.to_string(),
+            quota_locks: Arc::default(),
         };
         let mut tasks = Vec::new();
         let crd_rx = cache.receiver();
+        let quota_rx = cache.receiver();
         tasks.push(tokio::spawn(watch_cache::run(
             storage.clone(),
             cache.clone(),
@@ -167,6 +169,11 @@ impl DevCluster {
         tasks.push(tokio::spawn(super::crd::sync(
             state.registry.clone(),
             crd_rx,
+            cancel.child_token(),
+        )));
+        tasks.push(tokio::spawn(super::quota::sync(
+            state.clone(),
+            quota_rx,
             cancel.child_token(),
         )));
         if let Some(every) = config.compact_interval {

@@ -1,10 +1,12 @@
-//! The state every request handler shares: registry, storage, watch cache, timing knobs, shutdown token.
+//! The state every request handler shares: registry, storage, watch cache, timing knobs, shutdown token,
+//! quota locks.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::quota::NamespaceLocks;
 use super::registry::Registry;
 use super::storage::Storage;
 use super::watch_cache::WatchCache;
@@ -24,4 +26,6 @@ pub struct ApiState {
     pub cancel: CancellationToken,
     /// `host:port` the server listens on (for `/api`'s serverAddressByClientCIDRs).
     pub address: String,
+    /// Serialises pod creates per namespace while a pod-count quota is checked (see `quota`).
+    pub quota_locks: Arc<NamespaceLocks>,
 }
