@@ -1,12 +1,12 @@
-//! The `garbagecollector` controller: each propagation policy on an owner with pods (Background: the
-//! pods follow the owner; Foreground: the owner goes only after its pods; Orphan: the pods stay without
-//! the reference), and the ownerReference graph across kinds, a custom resource included (a dependent
+//! The `garbagecollector` controller: each propagation policy on a Deployment (Background: its
+//! ReplicaSet and pods follow it; Foreground: it goes only after its ReplicaSet, which goes after its
+//! pods; Orphan: the ReplicaSet stays without the reference, with its pods), and the ownerReference graph across kinds, a custom resource included (a dependent
 //! goes when its owner goes, a reference whose uid does not match the live owner counts as absent, and a
 //! dependent with a surviving owner only loses its reference to the one that went).
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy,
@@ -36,10 +36,10 @@ async fn fleet(cluster: &TestCluster, controllers: &str) -> (Fleet, Vec<Proc>) {
     (fleet, procs)
 }
 
-fn replica_set(name: &str, replicas: i32) -> ReplicaSet {
+fn deployment(name: &str, replicas: i32) -> Deployment {
     serde_json::from_value(json!({
         "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
+        "kind": "Deployment",
         "metadata": {"name": name},
         "spec": {
             "replicas": replicas,
@@ -53,110 +53,126 @@ fn replica_set(name: &str, replicas: i32) -> ReplicaSet {
     .unwrap()
 }
 
-fn references(pod: &Pod, uid: &str) -> bool {
-    pod.metadata
-        .owner_references
+/// What is left of a Deployment's tree.
+struct Remains {
+    replica_sets: Vec<ReplicaSet>,
+    pods: Vec<Pod>,
+}
+
+async fn remains(client: &kube::Client, ns: &str, app: &str) -> Remains {
+    let selector = ListParams::default().labels(&format!("app={app}"));
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    Remains {
+        replica_sets: sets.list(&selector).await.unwrap().items,
+        pods: pods.list(&selector).await.unwrap().items,
+    }
+}
+
+fn owner_uids(meta: &kube::api::ObjectMeta) -> Vec<&str> {
+    meta.owner_references
         .iter()
         .flatten()
-        .any(|o| o.uid == uid)
+        .map(|o| o.uid.as_str())
+        .collect()
 }
 
-/// The pods of `app`, once `n` of them exist.
-async fn pods_of(pods: &Api<Pod>, app: &str, n: usize) -> Vec<Pod> {
-    wait_for(CONVERGE, &format!("{n} pods of {app}"), || async {
-        let list = pods
-            .list(&ListParams::default().labels(&format!("app={app}")))
-            .await
-            .ok()?;
-        (list.items.len() == n).then_some(list.items)
-    })
-    .await
-}
-
-/// Deletes a ReplicaSet of 3 pods with `policy`; returns the pods left once the ReplicaSet is gone,
-/// listed at the first moment it is observed gone.
+/// Creates a Deployment of 3 pods, deletes it with `policy` once its tree exists, and returns what is
+/// left at the first moment the Deployment is observed gone.
 async fn delete_with(
     client: &kube::Client,
     ns: &str,
     name: &str,
     policy: PropagationPolicy,
-) -> Vec<Pod> {
-    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let rs = sets
-        .create(&PostParams::default(), &replica_set(name, 3))
+) -> Remains {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    deployments
+        .create(&PostParams::default(), &deployment(name, 3))
         .await
         .unwrap();
-    let uid = rs.metadata.uid.unwrap();
-    let created = pods_of(&pods, name, 3).await;
-    assert!(created.iter().all(|p| references(p, &uid)));
+    wait_for(
+        CONVERGE,
+        &format!("the ReplicaSet and 3 pods of {name}"),
+        || async {
+            let now = remains(client, ns, name).await;
+            (now.replica_sets.len() == 1 && now.pods.len() == 3).then_some(())
+        },
+    )
+    .await;
 
-    let what = format!("ReplicaSet {name} deleted with {policy:?} to be gone");
+    let what = format!("Deployment {name} deleted with {policy:?} to be gone");
     let params = DeleteParams {
         propagation_policy: Some(policy),
         ..DeleteParams::default()
     };
-    sets.delete(name, &params).await.unwrap();
+    deployments.delete(name, &params).await.unwrap();
     wait_for(CONVERGE, &what, || async {
-        sets.get_opt(name).await.ok()?.is_none().then_some(())
+        deployments
+            .get_opt(name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
     })
     .await;
-    pods.list(&ListParams::default().labels(&format!("app={name}")))
-        .await
-        .unwrap()
-        .items
+    remains(client, ns, name).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_propagation_policy_leaves_what_it_promises() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
-    let (_fleet, _procs) = fleet(&cluster, "replicaset,garbagecollector").await;
+    let (_fleet, _procs) = fleet(&cluster, "deployment,replicaset,garbagecollector").await;
     let ns = unique_namespace(&client, "gc-policy").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
-    // Foreground: the owner is gone only after its (blocking) pods are.
+    // Foreground: the Deployment goes only after its ReplicaSet, which goes only after its pods.
     let left = delete_with(&client, &ns, "fg", PropagationPolicy::Foreground).await;
     assert!(
-        left.is_empty(),
-        "a foreground deletion let the owner go before its pods: {} left",
-        left.len()
+        left.replica_sets.is_empty() && left.pods.is_empty(),
+        "a foreground deletion let the owner go first: {} ReplicaSets and {} pods left",
+        left.replica_sets.len(),
+        left.pods.len()
     );
 
-    // Orphan: the owner goes, its pods stay and no longer reference it.
+    // Orphan: the Deployment goes; its ReplicaSet stays without the reference, with its pods.
     let left = delete_with(&client, &ns, "orphan", PropagationPolicy::Orphan).await;
-    assert_eq!(left.len(), 3, "orphaned pods must stay");
+    assert_eq!(
+        left.replica_sets.len(),
+        1,
+        "the orphaned ReplicaSet must stay"
+    );
     assert!(
-        left.iter().all(|p| p
-            .metadata
-            .owner_references
-            .as_deref()
-            .unwrap_or_default()
-            .is_empty()),
-        "orphaned pods still reference their owner"
+        owner_uids(&left.replica_sets[0].metadata).is_empty(),
+        "the orphaned ReplicaSet still references the Deployment"
+    );
+    let rs_uid = left.replica_sets[0].metadata.uid.clone().unwrap();
+    assert_eq!(
+        left.pods.len(),
+        3,
+        "the orphaned ReplicaSet's pods must stay"
+    );
+    assert!(
+        left.pods
+            .iter()
+            .all(|p| owner_uids(&p.metadata) == [rs_uid.as_str()]),
+        "the pods of an orphaned ReplicaSet keep their own owner"
     );
 
-    // Background: the owner goes at once, its pods after it.
+    // Background: the Deployment goes at once, its ReplicaSet and pods after it.
     delete_with(&client, &ns, "bg", PropagationPolicy::Background).await;
     wait_for(
         CONVERGE,
-        "the pods of a background-deleted ReplicaSet to be collected",
+        "the ReplicaSet and pods of a background-deleted Deployment to be collected",
         || async {
-            let list = pods
-                .list(&ListParams::default().labels("app=bg"))
-                .await
-                .ok()?;
-            list.items.is_empty().then_some(())
+            let now = remains(&client, &ns, "bg").await;
+            (now.replica_sets.is_empty() && now.pods.is_empty()).then_some(())
         },
     )
     .await;
-    let orphans = pods
-        .list(&ListParams::default().labels("app=orphan"))
-        .await
-        .unwrap();
+    let orphans = remains(&client, &ns, "orphan").await;
     assert_eq!(
-        orphans.items.len(),
-        3,
+        (orphans.replica_sets.len(), orphans.pods.len()),
+        (1, 3),
         "the collector must not touch orphans"
     );
 }
