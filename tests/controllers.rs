@@ -9,6 +9,7 @@
 pub mod support;
 
 mod controllers {
+    mod deployment;
     mod garbagecollector;
     mod namespace;
     mod replicaset;
