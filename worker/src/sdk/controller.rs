@@ -67,18 +67,7 @@ where
     /// A controller named `name` (unique in the fleet, like kube-controller-manager's `replicaset`)
     /// reconciling keys of `K`.
     pub fn new(name: &str) -> Self {
-        Self {
-            name: name.to_owned(),
-            primary: Some(kind_of::<K>()),
-            mappings: Vec::new(),
-            prefetch_owned: Vec::new(),
-            reads: Vec::new(),
-            resync: None,
-            concurrency: DEFAULT_CONCURRENCY,
-            reconcile: None,
-            error_policy: None,
-            _kind: PhantomData,
-        }
+        Self::with_primary(name, Some(kind_of::<K>()))
     }
 
     /// Events of `T` objects enqueue their controller owner (if it is a `K`).
@@ -160,9 +149,15 @@ impl Controller<DynamicObject> {
     /// request's namespace and name are the object's, and [`Context::prefetched_objects`] holds the
     /// object's dependents of every kind.
     pub fn owner_graph(name: &str) -> Self {
+        Self::with_primary(name, None)
+    }
+}
+
+impl<K: Send + Sync + 'static> Controller<K> {
+    fn with_primary(name: &str, primary: Option<ResourceKind>) -> Self {
         Self {
             name: name.to_owned(),
-            primary: None,
+            primary,
             mappings: Vec::new(),
             prefetch_owned: Vec::new(),
             reads: Vec::new(),
@@ -173,9 +168,7 @@ impl Controller<DynamicObject> {
             _kind: PhantomData,
         }
     }
-}
 
-impl<K: Send + Sync + 'static> Controller<K> {
     /// How many items this worker reconciles at once (default [`DEFAULT_CONCURRENCY`]); the
     /// `--concurrent-<name>-syncs` flag overrides it.
     pub fn concurrency(mut self, n: u32) -> Self {
