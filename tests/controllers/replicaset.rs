@@ -1,12 +1,17 @@
 //! The `replicaset` and `replicationcontroller` controllers on simulated nodes: pods are created up to
 //! `spec.replicas` and become Ready, scaling up and down converges, orphans are adopted and pods whose
-//! labels stop matching are released and replaced.
+//! labels stop matching are released and replaced, a scale-down removes the pods that hurt least
+//! (unscheduled, then not ready), and slow start stops at a quota rejection and reports it.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Pod, ReplicationController};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, ReplicationController, ResourceQuota};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
 use crate::support::cluster::TestCluster;
@@ -274,4 +279,248 @@ async fn pods_become_available_only_after_min_ready_seconds() {
         (status.available_replicas == Some(2)).then_some(())
     })
     .await;
+}
+
+/// The pods of the namespace that count against a pod quota: not terminal, not being deleted.
+fn charged(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// Watches the namespace's pods from `rv` and records the most charged pods it ever held at once in
+/// `peak`, until the watch ends or the returned task is aborted.
+async fn track_peak(
+    pods: &Api<Pod>,
+    rv: &str,
+    peak: Arc<AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
+    let mut stream = pods
+        .watch(&WatchParams::default().timeout(290), rv)
+        .await
+        .unwrap()
+        .boxed();
+    tokio::spawn(async move {
+        let mut live: BTreeSet<String> = BTreeSet::new();
+        while let Ok(Some(event)) = stream.try_next().await {
+            match event {
+                WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    if charged(&pod) {
+                        live.insert(name);
+                    } else {
+                        live.remove(&name);
+                    }
+                }
+                WatchEvent::Deleted(pod) => {
+                    live.remove(pod.metadata.name.as_deref().unwrap_or_default());
+                }
+                WatchEvent::Bookmark(_) => {}
+                WatchEvent::Error(_) => return,
+            }
+            peak.fetch_max(live.len(), Ordering::SeqCst);
+        }
+    })
+}
+
+fn pod_quota(name: &str, pods: i32) -> ResourceQuota {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name},
+        "spec": {"hard": {"pods": pods.to_string()}},
+    }))
+    .unwrap()
+}
+
+/// The ReplicaSet's `ReplicaFailure` condition as (status, reason, message).
+fn replica_failure(rs: &ReplicaSet) -> Option<(String, String, String)> {
+    rs.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "ReplicaFailure")
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_start_stops_at_a_quota_rejection_and_the_set_completes_once_the_quota_grows() {
+    let cluster = TestCluster::builder().with_nodes(3).start().await;
+    let client = cluster.client();
+    let (_fleet, _procs) = fleet(&cluster, "replicaset").await;
+    let ns = unique_namespace(&client, "rs-quota").await;
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+
+    quotas
+        .create(&PostParams::default(), &pod_quota("three-pods", 3))
+        .await
+        .unwrap();
+    // A real cluster's admission enforces a quota only once its controller has written the status.
+    wait_for(CONVERGE, "the quota to report its limits", || async {
+        let quota = quotas.get("three-pods").await.ok()?;
+        quota.status?.hard?.contains_key("pods").then_some(())
+    })
+    .await;
+    let start = pods.list(&ListParams::default()).await.unwrap();
+    let peak = Arc::new(AtomicUsize::new(0));
+    let rv = start.metadata.resource_version.unwrap_or_default();
+    let watcher = track_peak(&pods, &rv, peak.clone()).await;
+
+    let uid = replica_sets
+        .create(&PostParams::default(), &replica_set("capped", "capped", 10))
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let message = wait_for(CONVERGE, "capped to report ReplicaFailure", || async {
+        let rs = replica_sets.get("capped").await.ok()?;
+        let (status, reason, message) = replica_failure(&rs)?;
+        (status == "True" && reason == "FailedCreate").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains(
+            "exceeded quota: three-pods, requested: pods=1, used: pods=3, limited: pods=3"
+        ),
+        "the condition does not carry the quota's refusal: {message}"
+    );
+    let ready = wait_for(CONVERGE, "capped's 3 admitted pods to be ready", || async {
+        let rs = replica_sets.get("capped").await.ok()?;
+        let active = active_pods(&pods, &uid).await?;
+        let status = rs.status?;
+        (status.replicas == 3 && status.ready_replicas == Some(3) && active.iter().all(is_ready))
+            .then_some(active)
+    })
+    .await;
+    assert_eq!(ready.len(), 3);
+    let peak_while_capped = peak.load(Ordering::SeqCst);
+    assert_eq!(
+        peak_while_capped, 3,
+        "the namespace held {peak_while_capped} pods at once under a quota of 3"
+    );
+
+    quotas
+        .patch(
+            "three-pods",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hard": {"pods": "10"}}})),
+        )
+        .await
+        .unwrap();
+    // Nothing about the ReplicaSet changed: the failed sync's rate-limited retry finds the room, so
+    // allow for a few backoff doublings beyond the usual convergence time.
+    let done = wait_for(
+        CONVERGE * 2,
+        "capped to have 10 ready pods and no ReplicaFailure",
+        || async {
+            let rs = replica_sets.get("capped").await.ok()?;
+            let status = rs.status.as_ref()?;
+            let active = active_pods(&pods, &uid).await?;
+            let done = status.replicas == 10
+                && status.ready_replicas == Some(10)
+                && active.len() == 10
+                && active.iter().all(is_ready)
+                && replica_failure(&rs).is_none();
+            done.then_some(active)
+        },
+    )
+    .await;
+    let kept: Vec<_> = ready.iter().map(|p| p.metadata.uid.clone()).collect();
+    assert!(
+        kept.iter()
+            .all(|uid| done.iter().any(|p| &p.metadata.uid == uid)),
+        "the pods admitted first were replaced"
+    );
+    watcher.abort();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scale_down_removes_the_unscheduled_and_the_not_ready_pods_first() {
+    let cluster = TestCluster::builder().with_nodes(4).start().await;
+    let client = cluster.client();
+    // The fourth node is down from the start: nothing is placed there, and a pod bound to it never
+    // becomes Ready.
+    let down = cluster.node_names()[3].clone();
+    cluster.stop_node(&down);
+    let (fleet, mut procs) = fleet(&cluster, "replicaset").await;
+    let ns = unique_namespace(&client, "rs-rank").await;
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    let uid = replica_sets
+        .create(&PostParams::default(), &replica_set("ranked", "ranked", 3))
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let originals = converged(&replica_sets, &pods, "ranked", 3).await;
+    let mut original_uids: Vec<String> = originals
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    original_uids.sort();
+
+    // Stop the controller so that it meets both orphans in one sync: 5 active pods for 3 replicas.
+    for proc in procs.iter_mut().skip(1) {
+        proc.kill9().await;
+    }
+    let mut unscheduled: Pod = serde_json::from_value(template("ranked")).unwrap();
+    unscheduled.metadata.name = Some("unscheduled".into());
+    if let Some(spec) = unscheduled.spec.as_mut() {
+        spec.node_selector = Some([("flotilla.test/nowhere".to_owned(), "true".to_owned())].into());
+    }
+    let mut not_ready: Pod = serde_json::from_value(template("ranked")).unwrap();
+    not_ready.metadata.name = Some("not-ready".into());
+    if let Some(spec) = not_ready.spec.as_mut() {
+        spec.node_name = Some(down.clone());
+    }
+    pods.create(&PostParams::default(), &unscheduled)
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &not_ready)
+        .await
+        .unwrap();
+    procs.push(fleet.worker("flotilla", "w2", &["worker", "--controllers", "replicaset"]));
+
+    wait_for(
+        CONVERGE,
+        "ranked to adopt and delete both orphans",
+        || async {
+            let unscheduled_gone = matches!(
+                pods.get("unscheduled").await,
+                Err(kube::Error::Api(status)) if status.code == 404
+            );
+            // Bound to a node that is down, it stays, marked for graceful deletion.
+            let not_ready = pods.get("not-ready").await.ok()?;
+            let doomed = not_ready.metadata.deletion_timestamp.is_some();
+            (unscheduled_gone && doomed).then_some(())
+        },
+    )
+    .await;
+    let not_ready = pods.get("not-ready").await.unwrap();
+    assert_eq!(
+        controller_uid(&not_ready),
+        Some(uid.as_str()),
+        "the not-ready orphan was deleted without being adopted"
+    );
+    let survivors = converged(&replica_sets, &pods, "ranked", 3).await;
+    let mut survivor_uids: Vec<String> = survivors
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    survivor_uids.sort();
+    assert_eq!(
+        survivor_uids, original_uids,
+        "a Ready original was deleted instead of an orphan"
+    );
 }
