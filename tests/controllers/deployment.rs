@@ -15,30 +15,13 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use crate::support::cluster::TestCluster;
-use crate::support::fleet::{Fleet, Proc};
+use crate::support::fleet::Fleet;
 use crate::support::namespace::unique_namespace;
 use crate::support::wait::wait_for;
 
 const CONVERGE: Duration = Duration::from_secs(90);
 const REVISION: &str = "deployment.kubernetes.io/revision";
 const HASH: &str = "pod-template-hash";
-
-/// A coordinator and `workers` workers running the deployment and replicaset controllers.
-async fn fleet(cluster: &TestCluster, workers: usize) -> (Fleet, Vec<Proc>) {
-    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
-    let mut procs = vec![fleet.coordinator("c0", &[])];
-    for i in 0..workers {
-        procs.push(fleet.worker(
-            "flotilla",
-            &format!("w{i}"),
-            &["worker", "--controllers", "deployment,replicaset"],
-        ));
-    }
-    fleet
-        .wait_for_workers(workers, Duration::from_secs(60))
-        .await;
-    (fleet, procs)
-}
 
 fn template(app: &str, image: &str) -> Value {
     json!({
@@ -329,7 +312,7 @@ fn check(
 async fn a_deployment_scales_rolls_out_within_its_bounds_rolls_back_and_pauses() {
     let cluster = TestCluster::builder().with_nodes(3).start().await;
     let client = cluster.client();
-    let (_fleet, _procs) = fleet(&cluster, 2).await;
+    let (_fleet, _procs) = Fleet::of_controllers(&cluster, "deployment,replicaset", 2).await;
     let ns = unique_namespace(&client, "deploy").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
@@ -451,7 +434,7 @@ async fn a_deployment_scales_rolls_out_within_its_bounds_rolls_back_and_pauses()
 async fn recreate_never_overlaps_and_a_stuck_rollout_exceeds_its_deadline() {
     let cluster = TestCluster::builder().with_nodes(3).start().await;
     let client = cluster.client();
-    let (_fleet, _procs) = fleet(&cluster, 2).await;
+    let (_fleet, _procs) = Fleet::of_controllers(&cluster, "deployment,replicaset", 2).await;
     let ns = unique_namespace(&client, "deploy-recreate").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
@@ -513,7 +496,7 @@ async fn two_hundred_deployments_converge_while_a_worker_dies() {
     const N: usize = 200;
     let cluster = TestCluster::builder().with_nodes(3).start().await;
     let client = cluster.client();
-    let (_fleet, mut procs) = fleet(&cluster, 3).await;
+    let (_fleet, mut procs) = Fleet::of_controllers(&cluster, "deployment,replicaset", 3).await;
     let ns = unique_namespace(&client, "deploy-many").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

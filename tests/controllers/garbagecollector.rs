@@ -14,27 +14,12 @@ use kube::api::{
 use serde_json::{Value, json};
 
 use crate::support::cluster::TestCluster;
-use crate::support::fleet::{Fleet, Proc};
+use crate::support::fleet::Fleet;
 use crate::support::namespace::{random_suffix, unique_namespace};
 use crate::support::raw;
 use crate::support::wait::wait_for;
 
 const CONVERGE: Duration = Duration::from_secs(60);
-
-/// A coordinator and two workers running `controllers`.
-async fn fleet(cluster: &TestCluster, controllers: &str) -> (Fleet, Vec<Proc>) {
-    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
-    let mut procs = vec![fleet.coordinator("c0", &[])];
-    for i in 0..2 {
-        procs.push(fleet.worker(
-            "flotilla",
-            &format!("w{i}"),
-            &["worker", "--controllers", controllers],
-        ));
-    }
-    fleet.wait_for_workers(2, CONVERGE).await;
-    (fleet, procs)
-}
 
 fn deployment(name: &str, replicas: i32) -> Deployment {
     serde_json::from_value(json!({
@@ -122,7 +107,8 @@ async fn delete_with(
 async fn each_propagation_policy_leaves_what_it_promises() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
-    let (_fleet, _procs) = fleet(&cluster, "deployment,replicaset,garbagecollector").await;
+    let (_fleet, _procs) =
+        Fleet::of_controllers(&cluster, "deployment,replicaset,garbagecollector", 2).await;
     let ns = unique_namespace(&client, "gc-policy").await;
 
     // Foreground: the Deployment goes only after its ReplicaSet, which goes only after its pods.
@@ -232,7 +218,7 @@ async fn the_graph_spans_kinds_and_custom_resources_and_checks_owner_uids() {
     // The CRD exists before the fleet starts, so the first discovery covers it.
     let gadgets = gadget_crd(&client).await;
     let ns = unique_namespace(&client, "gc-graph").await;
-    let (_fleet, _procs) = fleet(&cluster, "garbagecollector").await;
+    let (_fleet, _procs) = Fleet::of_controllers(&cluster, "garbagecollector", 2).await;
 
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);

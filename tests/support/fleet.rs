@@ -139,6 +139,28 @@ impl Drop for Fleet {
 }
 
 impl Fleet {
+    /// A fleet on `cluster` with one coordinator (`c0`) and `workers` processes of
+    /// `flotilla worker --controllers <controllers>` (`w0`, `w1`, …), once every worker is connected.
+    pub async fn of_controllers(
+        cluster: &super::cluster::TestCluster,
+        controllers: &str,
+        workers: usize,
+    ) -> (Fleet, Vec<Proc>) {
+        let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+        let mut procs = vec![fleet.coordinator("c0", &[])];
+        for i in 0..workers {
+            procs.push(fleet.worker(
+                "flotilla",
+                &format!("w{i}"),
+                &["worker", "--controllers", controllers],
+            ));
+        }
+        fleet
+            .wait_for_workers(workers, std::time::Duration::from_secs(60))
+            .await;
+        (fleet, procs)
+    }
+
     /// A fleet with a unique name on `etcd_endpoints`, using the cluster behind `kubeconfig`.
     pub fn new(etcd_endpoints: Vec<String>, kubeconfig: &Path) -> Self {
         let dir = tempfile::Builder::new()
