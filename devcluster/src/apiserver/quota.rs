@@ -34,7 +34,8 @@ const POD_PREFIX: &str = "/registry/pods/";
 const POD_RESOURCES: [&str; 2] = ["count/pods", "pods"];
 
 /// One async mutex per namespace, held across "count the pods" and "store the new pod" so that two
-/// creates cannot both see room for one more pod.
+/// creates cannot both see room for one more pod. Entries live as long as the server: one small mutex
+/// per namespace that ever had a pod created under a pod-count quota.
 #[derive(Default)]
 pub struct NamespaceLocks {
     locks: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
