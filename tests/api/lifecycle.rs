@@ -237,6 +237,9 @@ async fn status_changes_only_through_the_status_subresource() {
     via_status["status"] = json!({"observedGeneration": 1, "replicas": 2});
     via_status["spec"]["replicas"] = json!(9);
     via_status["metadata"]["labels"] = json!({"sneaky": "yes"});
+    // Upstream's deployment status strategy resets spec and labels only: the deployment controller
+    // writes its revision annotation this way, without a generation bump.
+    via_status["metadata"]["annotations"] = json!({"deployment.kubernetes.io/revision": "2"});
     let after_status = raw::put(&client, &format!("{path}/status"), &via_status)
         .await
         .expect_ok(200);
@@ -251,6 +254,10 @@ async fn status_changes_only_through_the_status_subresource() {
             .get("labels")
             .is_none_or(|l| l.get("sneaky").is_none()),
         "and labels"
+    );
+    assert_eq!(
+        after_status["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "2",
+        "but keeps annotation edits"
     );
     assert_eq!(
         after_status["metadata"]["generation"], 1,

@@ -648,8 +648,19 @@ where
                 }
             }
             Part::Status => {
+                // Upstream's status strategies reset the spec (and, for workloads, the labels) of
+                // built-in kinds but keep other metadata edits, so controllers write annotations with
+                // their status (the deployment controller's revision) without bumping the generation.
+                // A custom resource's status subresource ignores everything but the status.
                 let status = new.get("status").cloned();
+                let annotations =
+                    (!info.custom).then(|| new["metadata"].get("annotations").cloned());
                 new = current.clone();
+                match annotations {
+                    Some(Some(a)) => meta::set(&mut new, "annotations", a),
+                    Some(None) => meta::remove(&mut new, "annotations"),
+                    None => {}
+                }
                 match status {
                     Some(s) => new["status"] = s,
                     None => {
@@ -712,7 +723,10 @@ where
                 return Err(invalid(info, &name, vec![cause]));
             }
         }
-        bump_generation(info, &current, &mut new);
+        // Status writes never bump the generation, whatever metadata they carry along.
+        if part != Part::Status {
+            bump_generation(info, &current, &mut new);
+        }
         validate(info, &new)?;
         if info.allocates_service_ips && part == Part::Main {
             super::services::keep_allocations(&current, &mut new);
