@@ -174,7 +174,13 @@ mod tests {
     fn a_complete_rollout_reports_the_new_replicaset_available() {
         let d = with_progressing(rolling(3, json!(1), json!(0)), RS_UPDATED, 100);
         let new = rs("web-1", 1, 3, 3);
-        let status = rollout_status(&d, computed(&d, counts(3, 3, 3)), Some(&new), &[&new], at(110));
+        let status = rollout_status(
+            &d,
+            computed(&d, counts(3, 3, 3)),
+            Some(&new),
+            &[&new],
+            at(110),
+        );
         assert_eq!(reason(&status), Some(NEW_RS_AVAILABLE));
         let c = get(&status, PROGRESSING).unwrap();
         assert_eq!(
@@ -193,7 +199,13 @@ mod tests {
             s.updated_replicas = Some(1);
         }
         let new = rs("web-1", 1, 2, 0);
-        let status = rollout_status(&d, computed(&d, counts(3, 2, 1)), Some(&new), &[&new], at(150));
+        let status = rollout_status(
+            &d,
+            computed(&d, counts(3, 2, 1)),
+            Some(&new),
+            &[&new],
+            at(150),
+        );
         let c = get(&status, PROGRESSING).unwrap();
         assert_eq!(c.reason.as_deref(), Some(RS_UPDATED));
         assert_eq!(c.last_update_time, Some(Time(at(150))));
