@@ -180,13 +180,29 @@ async fn binding_respects_node_name_node_selector_and_the_scheduler_name() {
 }
 
 #[tokio::test]
-async fn an_image_ending_in_fail_makes_the_pod_failed() {
+async fn an_image_ending_in_fail_crash_loops_a_restarted_pod_and_fails_one_that_never_restarts() {
     let Some((_cluster, client, ns)) = simulated("sim-fail", three_nodes()).await else {
         return;
     };
     let mut watch = watch_pods(&client, &ns).await;
+    let mut looping = pod("loop");
+    looping["spec"]["containers"][0]["image"] = json!("app:fail");
+    create(&client, &pods(&ns), &looping).await;
+    let started = watch
+        .next_matching(SOON, "pod loop Running", |e| phase(e) == "Running")
+        .await;
+    assert_eq!(
+        condition(&started["object"], "Ready").unwrap()["status"],
+        "False",
+        "a crash-looping pod is never Ready"
+    );
+    let container = &started["object"]["status"]["containerStatuses"][0];
+    assert_eq!(container["state"]["waiting"]["reason"], "CrashLoopBackOff");
+    assert!(container["restartCount"].as_i64().unwrap() >= 1);
+
     let mut failing = pod("crash");
     failing["spec"]["containers"][0]["image"] = json!("app:fail");
+    failing["spec"]["restartPolicy"] = json!("Never");
     create(&client, &pods(&ns), &failing).await;
     let failed = watch
         .next_matching(SOON, "pod crash Failed", |e| phase(e) == "Failed")

@@ -466,13 +466,9 @@ async fn recreate_never_overlaps_and_a_stuck_rollout_exceeds_its_deadline() {
         .await
         .unwrap();
     rolled_out(&deployments, &replica_sets, "stuck", 2).await;
-    // The new pods never start: no node matches them. (Pods the simulator reports Failed, from an
-    // image ending in `:fail`, do not make a rollout stuck: the ReplicaSet replaces each one, and its
-    // pod count going 0 -> 1 again counts as progress, upstream as here.)
-    let unschedulable = json!({"spec": {"template": {"spec": {
-        "nodeSelector": {"flotilla.test/no-such-node": "true"}
-    }}}});
-    patch(&deployments, "stuck", unschedulable).await;
+    // The new pods crash-loop (the simulator's kubelet restarts a container whose image ends in
+    // `:fail`): Running, never Ready, so the rollout makes no progress.
+    set_image(&deployments, "stuck", "nginx:fail").await;
     let d = wait_for(
         CONVERGE,
         "stuck to exceed its progress deadline",

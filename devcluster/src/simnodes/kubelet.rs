@@ -298,8 +298,14 @@ impl Driver {
                             node.host_ip(),
                             &time_now(),
                         );
-                        if pod_status::outcome(pod) == Outcome::Fail {
-                            tracing::debug!(pod = ?pod.metadata.name, "image ends in :fail; reporting the pod Failed");
+                        match pod_status::outcome(pod) {
+                            Outcome::Fail => {
+                                tracing::debug!(pod = ?pod.metadata.name, "image ends in :fail; reporting the pod Failed")
+                            }
+                            Outcome::CrashLoop => {
+                                tracing::debug!(pod = ?pod.metadata.name, "image ends in :fail; reporting the pod crash-looping")
+                            }
+                            Outcome::Run => {}
                         }
                         let action = status_action(pod, &uid, patch);
                         self.marks.insert(uid, Mark::StartRequested);

@@ -1,4 +1,4 @@
-//! The pod statuses a kubelet would report: Running and Ready, Failed, or Succeeded.
+//! The pod statuses a kubelet would report: Running and Ready, crash-looping, Failed, or Succeeded.
 
 use std::net::Ipv4Addr;
 
@@ -13,23 +13,32 @@ const FAIL_SUFFIX: &str = ":fail";
 pub(crate) enum Outcome {
     /// Running and Ready; a pod of a Job (restartPolicy Never/OnFailure) later succeeds.
     Run,
-    /// One of its images ends in `:fail`.
+    /// One of its images ends in `:fail` and the kubelet restarts it (restartPolicy Always or
+    /// OnFailure): Running but not Ready, the container waiting in `CrashLoopBackOff`.
+    CrashLoop,
+    /// One of its images ends in `:fail` and restartPolicy is Never: Failed.
     Fail,
 }
 
 /// What starting `pod` leads to.
 pub(crate) fn outcome(pod: &Pod) -> Outcome {
-    if containers(pod).any(image_fails) {
+    if !containers(pod).any(image_fails) {
+        Outcome::Run
+    } else if restart_policy(pod) == Some("Never") {
         Outcome::Fail
     } else {
-        Outcome::Run
+        Outcome::CrashLoop
     }
 }
 
-/// Whether the pod runs to completion (restartPolicy Never or OnFailure) rather than forever.
+fn restart_policy(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref())
+}
+
+/// Whether the pod runs to completion (restartPolicy Never or OnFailure, and no failing image) rather
+/// than forever.
 pub(crate) fn runs_to_completion(pod: &Pod) -> bool {
-    let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
-    matches!(policy, Some("Never" | "OnFailure"))
+    matches!(restart_policy(pod), Some("Never" | "OnFailure")) && outcome(pod) == Outcome::Run
 }
 
 fn image_fails(container: &Container) -> bool {
@@ -105,7 +114,8 @@ fn merged(mut status: Value, extra: Value) -> Value {
     json!({ "status": status })
 }
 
-/// The merge patch reporting `pod` started: Running and Ready, or Failed when an image ends in `:fail`.
+/// The merge patch reporting `pod` started: Running and Ready or, when an image ends in `:fail`,
+/// crash-looping (Running, not Ready) or Failed by its restart policy.
 pub(crate) fn started(pod: &Pod, pod_ip: Ipv4Addr, host_ip: Ipv4Addr, now: &Value) -> Value {
     let init_statuses: Vec<Value> = init_containers(pod)
         .map(|c| terminated(pod, c, 0, "Completed", now, now))
@@ -133,6 +143,44 @@ pub(crate) fn started(pod: &Pod, pod_ip: Ipv4Addr, host_ip: Ipv4Addr, now: &Valu
                     condition("Initialized", true, None, now),
                     condition("Ready", true, None, now),
                     condition("ContainersReady", true, None, now),
+                    condition("PodScheduled", true, None, now),
+                ],
+                "containerStatuses": statuses,
+                "startTime": now,
+            })
+        }
+        Outcome::CrashLoop => {
+            let statuses: Vec<Value> = containers(pod)
+                .map(|c| {
+                    let failing = image_fails(c);
+                    let mut status = json!({
+                        "name": c.name,
+                        "image": c.image,
+                        "imageID": format!("{}@sha256:simulated", c.image.as_deref().unwrap_or_default()),
+                        "containerID": container_id(pod, c),
+                        "ready": !failing,
+                        "started": !failing,
+                        "restartCount": u8::from(failing),
+                        "state": {"running": {"startedAt": now}},
+                    });
+                    if failing {
+                        status["state"] = json!({"waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": format!("back-off 10s restarting failed container={} pod={}",
+                                c.name, pod.metadata.name.as_deref().unwrap_or_default()),
+                        }});
+                        status["lastState"] = terminated(pod, c, 1, "Error", now, now)["state"].clone();
+                    }
+                    status
+                })
+                .collect();
+            json!({
+                "phase": "Running",
+                "conditions": [
+                    condition("PodReadyToStartContainers", true, None, now),
+                    condition("Initialized", true, None, now),
+                    condition("Ready", false, Some("ContainersNotReady"), now),
+                    condition("ContainersReady", false, Some("ContainersNotReady"), now),
                     condition("PodScheduled", true, None, now),
                 ],
                 "containerStatuses": statuses,
@@ -242,8 +290,35 @@ mod tests {
     }
 
     #[test]
-    fn an_image_ending_in_fail_makes_the_pod_failed() {
-        let p = pod(&["nginx", "app:fail"], "Always");
+    fn an_image_ending_in_fail_crash_loops_where_the_kubelet_restarts_it() {
+        for restart in ["Always", "OnFailure"] {
+            let p = pod(&["nginx", "app:fail"], restart);
+            assert_eq!(outcome(&p), Outcome::CrashLoop);
+            assert!(
+                !runs_to_completion(&p),
+                "a crash-looping pod never completes"
+            );
+            let patch = started(&p, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, &json!(NOW));
+            let status = &patch["status"];
+            assert_eq!(status["phase"], "Running");
+            let ready = status["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "Ready")
+                .unwrap();
+            assert_eq!(ready["status"], "False");
+            assert_eq!(status["containerStatuses"][0]["ready"], true);
+            let failing = &status["containerStatuses"][1];
+            assert_eq!(failing["state"]["waiting"]["reason"], "CrashLoopBackOff");
+            assert_eq!(failing["lastState"]["terminated"]["exitCode"], 1);
+            assert_eq!(failing["restartCount"], 1);
+        }
+    }
+
+    #[test]
+    fn an_image_ending_in_fail_makes_a_pod_that_never_restarts_failed() {
+        let p = pod(&["nginx", "app:fail"], "Never");
         assert_eq!(outcome(&p), Outcome::Fail);
         let patch = started(&p, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, &json!(NOW));
         assert_eq!(patch["status"]["phase"], "Failed");

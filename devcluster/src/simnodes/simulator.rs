@@ -94,8 +94,9 @@ impl SimNodesHandle {
 /// It registers `sim-node-0..N-1` (Ready, with capacity, the not-ready taint removed), renews their
 /// Leases in `kube-node-lease` and their Ready condition, binds pending default-scheduler pods
 /// (respecting `spec.nodeName` and `spec.nodeSelector`, round-robin otherwise), reports bound pods
-/// Running and Ready after [`SimConfig::pod_ready_delay`] (Failed when an image ends in `:fail`,
-/// Succeeded after [`SimConfig::job_pod_duration`] for restartPolicy Never/OnFailure), and finishes
+/// Running and Ready after [`SimConfig::pod_ready_delay`] (when an image ends in `:fail`: Failed for
+/// restartPolicy Never, otherwise Running but not Ready in `CrashLoopBackOff`; Succeeded after
+/// [`SimConfig::job_pod_duration`] for restartPolicy Never/OnFailure), and finishes
 /// graceful pod deletions with a grace-0 delete as a kubelet would.
 ///
 /// Dropping it stops its tasks; [`NodeSimulator::shutdown`] also waits for them. The nodes stay
