@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod coordinator;
 pub mod devcluster;
+pub mod procs;
 pub mod simnodes;
 pub mod status;
 pub mod up;

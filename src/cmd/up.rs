@@ -2,9 +2,7 @@
 //! three workers running the example `greeting` controller — each a real process — applies the Greeting
 //! CRD and sample Greetings, and prints live progress until every Greeting is reconciled.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -12,6 +10,8 @@ use flotilla_devcluster::EtcdServer;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
+
+use super::procs::{free_port, sibling, spawn, stop_all, wait_for_api};
 
 /// The Greeting CRD of the example controller.
 const GREETING_CRD: &str = include_str!("../../examples/greeting/crd.yaml");
@@ -37,64 +37,6 @@ pub struct Args {
     /// Give up when the samples are not reconciled within this long.
     #[arg(long, default_value = "120s", value_parser = flotilla_common::parse_duration)]
     pub timeout: Duration,
-}
-
-/// A child process, terminated (SIGTERM, then SIGKILL) on drop.
-struct Child {
-    name: String,
-    child: std::process::Child,
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> anyhow::Result<Child> {
-    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
-    let child = std::process::Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("cannot start {}", program.display()))?;
-    Ok(Child {
-        name: name.to_owned(),
-        child,
-    })
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
-}
-
-/// A binary built next to this one.
-fn sibling(name: &str) -> anyhow::Result<PathBuf> {
-    let me = std::env::current_exe()?;
-    let path = me.with_file_name(name);
-    if !path.exists() {
-        bail!(
-            "{} is missing; build every binary first: cargo build --workspace --bins",
-            path.display()
-        );
-    }
-    Ok(path)
 }
 
 /// Runs the demo.
@@ -227,13 +169,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             );
         }
         for child in &mut children {
-            if let Ok(Some(status)) = child.child.try_wait() {
-                bail!(
-                    "{} exited ({status}); see {}",
-                    child.name,
-                    logs.join(format!("{}.log", child.name)).display()
-                );
-            }
+            child.check_running()?;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -247,27 +183,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         flotilla_common::shutdown_signal().await;
     }
     // Workers first, so they hand back their leases cleanly; then coordinators; then the API.
-    while let Some(child) = children.pop() {
-        drop(child);
-    }
+    stop_all(&mut children);
     let _ = dir.keep();
     Ok(())
-}
-
-async fn wait_for_api(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if kubeconfig.exists()
-            && let Ok(client) = flotilla_common::kube_client(Some(kubeconfig)).await
-            && client.apiserver_version().await.is_ok()
-        {
-            return Ok(client);
-        }
-        if Instant::now() > deadline {
-            bail!("the devcluster did not come up within 30s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn greeting_resource() -> ApiResource {

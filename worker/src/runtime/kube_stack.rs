@@ -1,5 +1,5 @@
 //! The worker's Kubernetes HTTP stack, built once: a shared hyper client with kube's TLS, base URI,
-//! auth and header layers, behind the per-worker rate limiter. Each reconcile gets its own
+//! auth and header layers, behind the request counter and the per-worker rate limiter. Each reconcile gets its own
 //! `kube::Client` over a clone of it, with the write-recording layer on top.
 
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use tower::{BoxError, ServiceBuilder};
 
 use super::rate_limit::{RateLimitLayer, TokenBucket};
 use super::recording::{KindTable, RecordingLayer, WriteJournal};
+use super::request_count::{RequestCountLayer, RequestCounter};
 
 /// Response body of the shared stack.
 pub(crate) type HttpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
@@ -38,7 +39,8 @@ pub(crate) struct KubeStack {
 }
 
 impl KubeStack {
-    /// Builds the stack from `config`, rate limited by `bucket`.
+    /// Builds the stack from `config`, rate limited by `bucket`, counting every request it sends into
+    /// `requests`.
     ///
     /// # Errors
     /// [`KubeStackError::Config`] when TLS or auth cannot be set up from the configuration.
@@ -46,6 +48,7 @@ impl KubeStack {
         config: &kube::Config,
         bucket: Arc<TokenBucket>,
         kinds: KindTable,
+        requests: RequestCounter,
     ) -> Result<Self, KubeStackError> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
@@ -57,6 +60,8 @@ impl KubeStack {
             hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
         let service = ServiceBuilder::new()
             .layer(RateLimitLayer::new(bucket))
+            // Below the limiter, so a request is counted when it is sent, not while it waits.
+            .layer(RequestCountLayer::new(requests))
             .layer(config.base_uri_layer())
             .option_layer(config.auth_layer().map_err(KubeStackError::Config)?)
             .layer(

@@ -1,5 +1,5 @@
 //! The worker's Prometheus metrics: reconciles by controller and outcome, reconcile duration, items in
-//! flight, refused items, fencing events and leader connection state.
+//! flight, refused items, fencing events, leader connection state and Kubernetes API requests.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -7,6 +7,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use super::request_count::RequestCounter;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
@@ -40,6 +42,7 @@ pub(crate) struct Metrics {
     refused: Family<ReasonLabels, Counter>,
     fenced: Counter,
     connected: Gauge,
+    api_requests: RequestCounter,
 }
 
 impl Metrics {
@@ -52,6 +55,7 @@ impl Metrics {
             refused: Family::default(),
             fenced: Counter::default(),
             connected: Gauge::default(),
+            api_requests: RequestCounter::default(),
         };
         registry.register(
             "flotilla_worker_reconciles",
@@ -83,6 +87,12 @@ impl Metrics {
             "1 while the worker has a welcomed stream to the leader",
             metrics.connected.clone(),
         );
+        registry.register(
+            // client-go's name (`_total` is appended), so kube-controller-manager dashboards apply.
+            "rest_client_requests",
+            "Kubernetes API requests sent, by method and status code (<error>: no response)",
+            metrics.api_requests.clone(),
+        );
         metrics
     }
 
@@ -105,6 +115,11 @@ impl Metrics {
             requeue_after: outcome("requeue_after"),
             error: outcome("error"),
         }
+    }
+
+    /// The counter the Kubernetes client stack counts its requests into.
+    pub(crate) fn api_requests(&self) -> RequestCounter {
+        self.api_requests.clone()
     }
 
     pub(crate) fn refused(&self, reason: &str) {

@@ -13,6 +13,7 @@ mod metrics;
 mod outbox;
 mod rate_limit;
 mod recording;
+mod request_count;
 mod selection;
 mod worker;
 

@@ -74,10 +74,10 @@ impl Worker {
                 .iter()
                 .flat_map(|c| c.kinds().collect::<Vec<_>>()),
         );
-        let kube = KubeStack::new(&config.kube, bucket, kinds)?;
-        let worker_id: Arc<str> = Arc::from(config.worker_id.as_str());
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
+        let kube = KubeStack::new(&config.kube, bucket, kinds, metrics.api_requests())?;
+        let worker_id: Arc<str> = Arc::from(config.worker_id.as_str());
         let cache_channel = CacheSlot::default();
         let controllers = controllers
             .into_iter()

@@ -1,6 +1,6 @@
-//! `flotilla bench …`: benchmarks that write machine-readable results. `dispatch` measures the fleet core
-//! alone: one coordinator, 1 / 2 / 4 workers on loopback, no-op reconciles of keys enqueued straight into
-//! the leader's queue (no objects), reporting keys/s and enqueue → reconcile-start latency.
+//! `flotilla bench dispatch`: the fleet core alone — one coordinator, 1 / 2 / 4 workers in this process
+//! on loopback, no-op reconciles of keys enqueued straight into the leader's queue (no objects),
+//! reporting keys/s and enqueue → reconcile-start latency.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,18 +15,7 @@ use flotilla_worker::{Action, Controller, Worker, WorkerConfig};
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 
-/// Flags of `flotilla bench`.
-#[derive(clap::Args, Debug)]
-pub struct Args {
-    #[command(subcommand)]
-    bench: Bench,
-}
-
-#[derive(clap::Subcommand, Debug)]
-enum Bench {
-    /// Fleet-core throughput and latency with no-op reconciles.
-    Dispatch(DispatchArgs),
-}
+use super::{median, percentile, write_json};
 
 /// Flags of `flotilla bench dispatch`.
 #[derive(clap::Args, Debug)]
@@ -46,14 +35,6 @@ pub struct DispatchArgs {
     /// Where to write the JSON result.
     #[arg(long, default_value = "benchmarks/dispatch.json")]
     output: std::path::PathBuf,
-}
-
-/// Runs a benchmark.
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    flotilla_common::init_logging(flotilla_common::LogFormat::Text);
-    match args.bench {
-        Bench::Dispatch(args) => dispatch(args).await,
-    }
 }
 
 /// One measured run.
@@ -112,24 +93,8 @@ impl Clock {
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v[v.len() / 2]
-    }
-}
-
-async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
+/// Runs `flotilla bench dispatch`.
+pub(super) async fn run(args: DispatchArgs) -> anyhow::Result<()> {
     let etcd = EtcdServer::start().await?;
     let cluster = DevCluster::start(DevClusterConfig {
         etcd_endpoints: etcd.endpoints(),
@@ -192,10 +157,7 @@ async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
         "runs_per_point": args.runs,
         "results": report,
     });
-    if let Some(parent) = args.output.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(&args.output, serde_json::to_string_pretty(&result)?)?;
+    write_json(&args.output, &result)?;
     println!(
         "| workers | keys/s (median) | burst p50 / p99 ms | paced rate keys/s | paced p50 / p99 ms |"
     );
@@ -267,7 +229,7 @@ async fn one_run(
     // Wait until the leader runs the controller with every worker connected and every shard owned.
     let ready_by = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(s) = super::status::fetch(&etcd.endpoints(), fleet).await {
+        if let Ok(s) = crate::cmd::status::fetch(&etcd.endpoints(), fleet).await {
             let connected = s.workers.iter().filter(|w| w.connected).count();
             let owned: u32 = s.workers.iter().map(|w| w.shards).sum();
             let synced = s.informers.iter().all(|i| i.synced)

@@ -1,0 +1,85 @@
+//! `flotilla bench …`: benchmarks that write machine-readable results and print the table quoted in
+//! BENCHMARKS.md. `dispatch` measures the fleet core alone (no-op reconciles, in-process);
+//! `rollout` measures a whole fleet of processes rolling out Deployments against the devcluster.
+
+mod dispatch;
+mod rollout;
+
+use std::path::Path;
+
+/// Flags of `flotilla bench`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Bench {
+    /// Fleet-core throughput and latency with no-op reconciles.
+    Dispatch(dispatch::DispatchArgs),
+    /// Time, API requests and memory to roll out Deployments with the built-in controllers.
+    Rollout(rollout::RolloutArgs),
+}
+
+/// Runs a benchmark.
+///
+/// # Errors
+/// When the benchmark cannot set up its fleet, a run does not finish in its bound, or the result
+/// cannot be written.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    flotilla_common::init_logging(flotilla_common::LogFormat::Text);
+    match args.bench {
+        Bench::Dispatch(args) => dispatch::run(args).await,
+        Bench::Rollout(args) => rollout::run(args).await,
+    }
+}
+
+/// The `p` quantile (0..=1) of an ascending slice, nearest rank; NaN when empty.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// The median (the upper one of an even count); NaN when empty.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+/// Writes `value` as pretty JSON to `path`, creating its directory.
+fn write_json(path: &Path, value: &serde_json::Value) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent()
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(value)?)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_of_an_odd_count_is_the_middle_value() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert!(median(Vec::new()).is_nan());
+    }
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 51.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&v, 1.0), 100.0);
+    }
+}

@@ -1,0 +1,665 @@
+//! `flotilla bench rollout`: a whole fleet of real processes — devcluster with simulated nodes, one
+//! coordinator, N workers running the built-in `deployment` and `replicaset` controllers — rolls out
+//! many Deployments at once. Reports the time until every Deployment is Available, the API requests
+//! the workers made (their `rest_client_requests_total`) and the peak RSS of coordinator and workers.
+//!
+//! Every run gets a fresh etcd, devcluster and fleet, so no run inherits another's objects, history
+//! or warm caches.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use flotilla_devcluster::EtcdServer;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{median, write_json};
+use crate::cmd::procs::{Child, free_port, spawn, stop_all, wait_for_api};
+
+/// The namespace the Deployments are created in.
+const NAMESPACE: &str = "bench";
+
+/// Creates in flight at once from the benchmark's own (unlimited) client.
+const CREATE_CONCURRENCY: usize = 32;
+
+/// How often the benchmark lists the Deployments to see whether they are Available.
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Flags of `flotilla bench rollout`.
+#[derive(clap::Args, Debug)]
+pub struct RolloutArgs {
+    /// Deployments per run.
+    #[arg(long, default_value_t = 500)]
+    deployments: usize,
+    /// `spec.replicas` of every Deployment.
+    #[arg(long, default_value_t = 4)]
+    replicas: i32,
+    /// Runs per configuration (unless the configuration says otherwise); the report gives medians.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Fleet configurations to measure, comma-separated, each `WORKERS@QPS/BURST` with an optional
+    /// `xRUNS` suffix overriding --runs (e.g. `1@20/30x1`). QPS and burst are every worker's
+    /// --kube-api-qps and --kube-api-burst. The default starts with kube-controller-manager's defaults.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1@20/30,1@200/300,2@200/300,4@200/300"
+    )]
+    configs: Vec<FleetShape>,
+    /// --concurrent-deployment-syncs of every worker (kube-controller-manager's default: 5).
+    #[arg(long, default_value_t = 5)]
+    concurrent_deployment_syncs: u32,
+    /// --concurrent-replicaset-syncs of every worker (kube-controller-manager's default: 5).
+    #[arg(long, default_value_t = 5)]
+    concurrent_replicaset_syncs: u32,
+    /// Simulated nodes in the devcluster (each takes up to 1000 pods).
+    #[arg(long, default_value_t = 20)]
+    nodes: usize,
+    /// Give up on a run when the Deployments are not all Available within this long.
+    #[arg(long, default_value = "20m", value_parser = flotilla_common::parse_duration)]
+    timeout: Duration,
+    /// Where to write the JSON result.
+    #[arg(long, default_value = "benchmarks/rollout.json")]
+    output: PathBuf,
+}
+
+/// One fleet configuration: how many workers, each with which client rate limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct FleetShape {
+    workers: usize,
+    qps: f32,
+    burst: u32,
+    /// Runs of this configuration; `None`: --runs.
+    runs: Option<usize>,
+}
+
+impl FromStr for FleetShape {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("{s:?} is not WORKERS@QPS/BURST[xRUNS], e.g. 2@200/300 or 1@20/30x1");
+        let (workers, rest) = s.split_once('@').ok_or_else(bad)?;
+        let (qps, rest) = rest.split_once('/').ok_or_else(bad)?;
+        let (burst, runs) = match rest.split_once('x') {
+            Some((burst, runs)) => (burst, Some(runs.parse().map_err(|_| bad())?)),
+            None => (rest, None),
+        };
+        let shape = FleetShape {
+            workers: workers.parse().map_err(|_| bad())?,
+            qps: qps.parse().map_err(|_| bad())?,
+            burst: burst.parse().map_err(|_| bad())?,
+            runs,
+        };
+        if shape.workers == 0 || shape.runs == Some(0) || !shape.qps.is_finite() || shape.qps < 0.0
+        {
+            return Err(bad());
+        }
+        Ok(shape)
+    }
+}
+
+/// One measured run.
+#[derive(Debug, Clone, serde::Serialize)]
+struct RunResult {
+    /// First create → every Deployment Available with all replicas updated and available.
+    seconds: f64,
+    /// First create → last create answered.
+    create_seconds: f64,
+    /// `rest_client_requests_total` summed over the workers when the last Deployment became Available.
+    requests: f64,
+    /// The same, by HTTP method.
+    requests_by_method: BTreeMap<String, f64>,
+    /// Requests that did not get a 2xx answer (conflicts, errors), summed over the workers.
+    requests_not_2xx: f64,
+    coordinator_peak_rss_mib: f64,
+    worker_peak_rss_mib: Vec<f64>,
+    devcluster_peak_rss_mib: f64,
+}
+
+/// Runs `flotilla bench rollout`.
+pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
+    let flotilla = std::env::current_exe()?;
+    let mut report = Vec::new();
+    for shape in &args.configs {
+        let mut runs = Vec::new();
+        for run in 0..shape.runs.unwrap_or(args.runs) {
+            let result = one_run(&args, &flotilla, shape, run)
+                .await
+                .with_context(|| {
+                    format!(
+                        "{} worker(s) at qps {} / burst {}, run {run}",
+                        shape.workers, shape.qps, shape.burst
+                    )
+                })?;
+            eprintln!(
+                "workers={} qps={}/{} run={run}: all Available in {:.1}s (created in {:.1}s), {:.0} requests ({:.1}/Deployment), peak RSS coordinator {:.0} MiB, workers {:?} MiB",
+                shape.workers,
+                shape.qps,
+                shape.burst,
+                result.seconds,
+                result.create_seconds,
+                result.requests,
+                result.requests / args.deployments as f64,
+                result.coordinator_peak_rss_mib,
+                result.worker_peak_rss_mib
+            );
+            runs.push(result);
+        }
+        let med = |f: &dyn Fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
+        let seconds = med(&|r| r.seconds);
+        let requests = med(&|r| r.requests);
+        report.push(json!({
+            "workers": shape.workers,
+            "kube_api_qps": shape.qps,
+            "kube_api_burst": shape.burst,
+            "runs": runs,
+            "median": {
+                "seconds": seconds,
+                "create_seconds": med(&|r| r.create_seconds),
+                "requests": requests,
+                "requests_per_deployment": requests / args.deployments as f64,
+                "requests_per_second": med(&|r| r.requests / r.seconds),
+                "requests_not_2xx": med(&|r| r.requests_not_2xx),
+                "coordinator_peak_rss_mib": med(&|r| r.coordinator_peak_rss_mib),
+                "worker_peak_rss_mib_max": med(&|r| r.worker_peak_rss_mib.iter().copied().fold(0.0, f64::max)),
+                "devcluster_peak_rss_mib": med(&|r| r.devcluster_peak_rss_mib),
+            }
+        }));
+    }
+    let result = json!({
+        "benchmark": "rollout",
+        "deployments": args.deployments,
+        "replicas": args.replicas,
+        "nodes": args.nodes,
+        "concurrent_deployment_syncs": args.concurrent_deployment_syncs,
+        "concurrent_replicaset_syncs": args.concurrent_replicaset_syncs,
+        "results": report,
+    });
+    write_json(&args.output, &result)?;
+    println!(
+        "| workers | qps / burst | runs | all Available s (median) | API requests | requests / Deployment | requests/s | coordinator peak RSS MiB | worker peak RSS MiB (largest) |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in result["results"].as_array().into_iter().flatten() {
+        let m = &r["median"];
+        let f = |key: &str| m[key].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "| {} | {} / {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} | {:.0} |",
+            r["workers"],
+            r["kube_api_qps"],
+            r["kube_api_burst"],
+            r["runs"].as_array().map_or(0, Vec::len),
+            f("seconds"),
+            f("requests"),
+            f("requests_per_deployment"),
+            f("requests_per_second"),
+            f("coordinator_peak_rss_mib"),
+            f("worker_peak_rss_mib_max"),
+        );
+    }
+    println!("\nJSON written to {}", args.output.display());
+    Ok(())
+}
+
+/// One run on a fresh etcd, devcluster and fleet; every process is stopped before it returns. On
+/// failure the logs are kept and the error names their directory.
+async fn one_run(
+    args: &RolloutArgs,
+    flotilla: &Path,
+    shape: &FleetShape,
+    run: usize,
+) -> anyhow::Result<RunResult> {
+    let dir = tempfile::Builder::new()
+        .prefix("flotilla-bench-rollout-")
+        .tempdir()?;
+    let etcd = EtcdServer::start().await?;
+    let mut children = Vec::new();
+    let result = measure(args, flotilla, shape, run, dir.path(), &etcd, &mut children).await;
+    stop_all(&mut children);
+    drop(etcd);
+    match result {
+        Ok(result) => Ok(result),
+        Err(err) => {
+            let logs = dir.keep();
+            Err(err.context(format!("logs in {}", logs.display())))
+        }
+    }
+}
+
+/// Starts the processes (into `children`, so the caller stops them whatever happens), creates the
+/// Deployments and waits for them.
+async fn measure(
+    args: &RolloutArgs,
+    flotilla: &Path,
+    shape: &FleetShape,
+    run: usize,
+    dir: &Path,
+    etcd: &EtcdServer,
+    children: &mut Vec<Child>,
+) -> anyhow::Result<RunResult> {
+    let endpoints = etcd.endpoints().join(",");
+    let kubeconfig = dir.join("kubeconfig");
+    let api = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+    let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    children.push(spawn(
+        dir,
+        "devcluster",
+        flotilla,
+        &strings(&[
+            "devcluster",
+            "--etcd-endpoints",
+            &endpoints,
+            "--listen",
+            &api.to_string(),
+            "--nodes",
+            &args.nodes.to_string(),
+            "--write-kubeconfig",
+            &kubeconfig.display().to_string(),
+        ]),
+    )?);
+    let client = wait_for_api(&kubeconfig).await?;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?,
+        )
+        .await
+        .context("cannot create the benchmark's namespace")?;
+
+    let fleet = format!("rollout-{}w-{}qps-{run}", shape.workers, shape.qps);
+    let common = strings(&[
+        "--fleet",
+        &fleet,
+        "--etcd-endpoints",
+        &endpoints,
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let mut coordinator_args = strings(&["coordinator", "--listen", "127.0.0.1:0"]);
+    coordinator_args.extend(common.iter().cloned());
+    coordinator_args.extend(strings(&["--id", "coordinator-0"]));
+    children.push(spawn(dir, "coordinator-0", flotilla, &coordinator_args)?);
+    let first_worker = children.len();
+    for i in 0..shape.workers {
+        let mut worker_args = strings(&[
+            "worker",
+            "--controllers",
+            "deployment,replicaset",
+            "--kube-api-qps",
+            &shape.qps.to_string(),
+            "--kube-api-burst",
+            &shape.burst.to_string(),
+            "--concurrent-deployment-syncs",
+            &args.concurrent_deployment_syncs.to_string(),
+            "--concurrent-replicaset-syncs",
+            &args.concurrent_replicaset_syncs.to_string(),
+            "--worker-id",
+            &format!("worker-{i}"),
+        ]);
+        worker_args.extend(common.iter().cloned());
+        children.push(spawn(dir, &format!("worker-{i}"), flotilla, &worker_args)?);
+    }
+    wait_for_fleet(etcd, &fleet, shape.workers, children).await?;
+
+    // The clock starts at the first create: from then on the controllers may see work.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let start = Instant::now();
+    futures::stream::iter(0..args.deployments)
+        .map(|i| {
+            let deployments = deployments.clone();
+            async move {
+                let object: Deployment =
+                    serde_json::from_value(deployment_object(i, args.replicas))?;
+                deployments
+                    .create(&PostParams::default(), &object)
+                    .await
+                    .with_context(|| format!("cannot create Deployment {}", deployment_name(i)))
+            }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_for_each(|_| async { Ok(()) })
+        .await?;
+    let create_seconds = start.elapsed().as_secs_f64();
+
+    let mut last_report = Instant::now();
+    let seconds = loop {
+        let available = match deployments.list(&ListParams::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|d| rolled_out(d, args.replicas))
+                .count(),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot list the Deployments; retrying");
+                0
+            }
+        };
+        if available == args.deployments {
+            break start.elapsed().as_secs_f64();
+        }
+        if start.elapsed() > args.timeout {
+            bail!(
+                "only {available} of {} Deployments were Available after {:?}",
+                args.deployments,
+                args.timeout
+            );
+        }
+        for child in children.iter_mut() {
+            child.check_running()?;
+        }
+        if last_report.elapsed() >= Duration::from_secs(10) {
+            eprintln!(
+                "  {available}/{} Available after {:.0}s",
+                args.deployments,
+                start.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    };
+
+    // Counters and memory are read before anything stops, so they describe the rollout.
+    let mut requests_by_method = BTreeMap::new();
+    let mut requests_not_2xx = 0.0;
+    let mut worker_peak_rss_mib = Vec::new();
+    for worker in &children[first_worker..] {
+        let text = fetch_metrics(worker).await?;
+        for (labels, value) in samples(&text, "rest_client_requests_total") {
+            let label = |name: &str| {
+                labels
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            *requests_by_method.entry(label("method")).or_insert(0.0) += value;
+            if !label("code").starts_with('2') {
+                requests_not_2xx += value;
+            }
+        }
+        worker_peak_rss_mib.push(peak_rss_mib(worker)?);
+    }
+    Ok(RunResult {
+        seconds,
+        create_seconds,
+        requests: requests_by_method.values().sum(),
+        requests_by_method,
+        requests_not_2xx,
+        coordinator_peak_rss_mib: peak_rss_mib(&children[1])?,
+        worker_peak_rss_mib,
+        devcluster_peak_rss_mib: peak_rss_mib(&children[0])?,
+    })
+}
+
+/// Waits until the fleet's leader runs both controllers with every worker connected, every shard
+/// owned and every informer synced, so the clock measures the rollout and not the start-up.
+async fn wait_for_fleet(
+    etcd: &EtcdServer,
+    fleet: &str,
+    workers: usize,
+    children: &mut [Child],
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(s) = crate::cmd::status::fetch(&etcd.endpoints(), fleet).await {
+            let connected = s.workers.iter().filter(|w| w.connected).count();
+            let owned: u32 = s.workers.iter().map(|w| w.shards).sum();
+            let runs = |c: &str| s.queues.iter().any(|q| q.controller == c);
+            let synced = s.informers.iter().all(|i| i.synced);
+            if connected == workers
+                && owned == s.shard_count
+                && synced
+                && runs("deployment")
+                && runs("replicaset")
+            {
+                return Ok(());
+            }
+        }
+        for child in children.iter_mut() {
+            child.check_running()?;
+        }
+        if Instant::now() > deadline {
+            bail!("the fleet did not become ready within 60s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn deployment_name(i: usize) -> String {
+    format!("roll-{i}")
+}
+
+/// A Deployment of `replicas` pause pods with the API's defaults for everything else (RollingUpdate,
+/// 25 % surge and unavailability, no minReadySeconds).
+fn deployment_object(i: usize, replicas: i32) -> serde_json::Value {
+    let name = deployment_name(i);
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+        },
+    })
+}
+
+/// Whether `d` has finished rolling out `replicas` replicas: its controller observed the current
+/// generation, every replica is updated and available, and the Available condition is True.
+fn rolled_out(d: &Deployment, replicas: i32) -> bool {
+    let Some(status) = &d.status else {
+        return false;
+    };
+    let observed = status.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(1);
+    let available = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Available" && c.status == "True");
+    observed
+        && available
+        && status.updated_replicas == Some(replicas)
+        && status.available_replicas == Some(replicas)
+}
+
+/// The samples of one metric in a Prometheus text exposition: labels in order, and the value.
+fn samples(text: &str, metric: &str) -> Vec<(Vec<(String, String)>, f64)> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let rest = line.strip_prefix(metric)?;
+            let (labels, value) = match rest.strip_prefix('{') {
+                Some(rest) => {
+                    let (labels, value) = rest.split_once('}')?;
+                    (parse_labels(labels), value)
+                }
+                None if rest.starts_with(' ') => (Vec::new(), rest),
+                None => return None,
+            };
+            let value = value.split_whitespace().next()?.parse().ok()?;
+            Some((labels, value))
+        })
+        .collect()
+}
+
+/// `a="x",b="y"` → [(a, x), (b, y)]. Label values here never hold quotes or commas.
+fn parse_labels(labels: &str) -> Vec<(String, String)> {
+    labels
+        .split(',')
+        .filter_map(|pair| {
+            let (name, value) = pair.split_once('=')?;
+            Some((
+                name.trim().to_owned(),
+                value.trim().trim_matches('"').to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// The `VmHWM` (peak resident set size) line of a `/proc/<pid>/status`, in KiB.
+fn vm_hwm_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn peak_rss_mib(child: &Child) -> anyhow::Result<f64> {
+    let path = format!("/proc/{}/status", child.pid());
+    let status = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    let kib = vm_hwm_kib(&status).with_context(|| format!("no VmHWM in {path}"))?;
+    Ok(kib as f64 / 1024.0)
+}
+
+/// The `/metrics` text of a process that logged its ops address as `metrics=ADDR` in its start line.
+async fn fetch_metrics(child: &Child) -> anyhow::Result<String> {
+    let log = child.log_text();
+    let addr = log
+        .lines()
+        .filter(|l| l.contains(" started"))
+        .find_map(|l| {
+            Some(
+                l[l.find("metrics=")? + "metrics=".len()..]
+                    .split_whitespace()
+                    .next()?
+                    .to_owned(),
+            )
+        })
+        .with_context(|| format!("{} did not log its metrics address", child.name()))?;
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .with_context(|| format!("cannot reach {}'s metrics at {addr}", child.name()))?;
+    // HTTP/1.0: the server closes the connection after one plain (not chunked) response.
+    stream
+        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        stream.read_to_string(&mut response),
+    )
+    .await
+    .context("metrics request timed out")??;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .context("malformed metrics response")?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        bail!(
+            "{}'s /metrics answered {}",
+            child.name(),
+            head.lines().next().unwrap_or_default()
+        );
+    }
+    Ok(body.to_owned())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fleet_shapes_parse_with_and_without_a_run_count() {
+        assert_eq!(
+            "2@200/300".parse::<FleetShape>().unwrap(),
+            FleetShape {
+                workers: 2,
+                qps: 200.0,
+                burst: 300,
+                runs: None
+            }
+        );
+        assert_eq!("1@20/30x1".parse::<FleetShape>().unwrap().runs, Some(1));
+        for bad in [
+            "",
+            "2",
+            "2@200",
+            "0@20/30",
+            "1@20/30x0",
+            "1@-1/30",
+            "a@20/30",
+        ] {
+            assert!(bad.parse::<FleetShape>().is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn peak_rss_is_read_from_the_vm_hwm_line() {
+        let status =
+            "Name:\tflotilla\nVmPeak:\t  900000 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40000 kB\n";
+        assert_eq!(vm_hwm_kib(status), Some(51_200));
+        assert_eq!(vm_hwm_kib("Name:\tkthreadd\n"), None);
+    }
+
+    #[test]
+    fn counter_samples_are_read_with_their_labels_and_other_metrics_are_ignored() {
+        let text = "\
+# HELP rest_client_requests Kubernetes API requests sent.
+# TYPE rest_client_requests counter
+rest_client_requests_total{code=\"200\",method=\"GET\"} 12
+rest_client_requests_total{code=\"409\",method=\"PUT\"} 3
+rest_client_requests_total_other 99
+flotilla_worker_fenced_total 1
+# EOF
+";
+        let s = samples(text, "rest_client_requests_total");
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.iter().map(|(_, v)| v).sum::<f64>(), 15.0);
+        assert_eq!(
+            s[1].0,
+            vec![
+                ("code".to_owned(), "409".to_owned()),
+                ("method".to_owned(), "PUT".to_owned())
+            ]
+        );
+        assert_eq!(samples("up 1\n", "up"), vec![(Vec::new(), 1.0)]);
+    }
+
+    fn deployment(status: serde_json::Value) -> Deployment {
+        let mut object = deployment_object(0, 4);
+        object["metadata"]["generation"] = json!(1);
+        object["status"] = status;
+        serde_json::from_value(object).unwrap()
+    }
+
+    #[test]
+    fn a_deployment_is_rolled_out_only_when_available_with_every_replica_updated() {
+        let done = json!({
+            "observedGeneration": 1, "replicas": 4, "updatedReplicas": 4, "availableReplicas": 4,
+            "conditions": [{"type": "Available", "status": "True"}, {"type": "Progressing", "status": "True"}],
+        });
+        assert!(rolled_out(&deployment(done.clone()), 4));
+        assert!(!rolled_out(&deployment(done.clone()), 5));
+
+        let mut stale = done.clone();
+        stale["observedGeneration"] = json!(0);
+        assert!(!rolled_out(&deployment(stale), 4));
+        let mut not_updated = done.clone();
+        not_updated["updatedReplicas"] = json!(3);
+        assert!(!rolled_out(&deployment(not_updated), 4));
+        let mut unavailable = done.clone();
+        unavailable["availableReplicas"] = json!(3);
+        assert!(!rolled_out(&deployment(unavailable), 4));
+        let mut condition_false = done;
+        condition_false["conditions"] = json!([{"type": "Available", "status": "False"}]);
+        assert!(!rolled_out(&deployment(condition_false), 4));
+        assert!(!rolled_out(&deployment(json!(null)), 4));
+    }
+}

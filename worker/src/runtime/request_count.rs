@@ -1,0 +1,167 @@
+//! Counts the worker's Kubernetes API requests by method and response code, under client-go's name
+//! `rest_client_requests_total`, so a fleet's request budget can be read off `/metrics` and compared
+//! with kube-controller-manager's.
+//!
+//! The layer sits below the rate limiter: it counts requests that were sent, not requests that wait
+//! for a token. A request is counted once, when its response head (or its error) arrives — a watch
+//! counts when it is established, as in client-go. A request whose future is dropped before either is
+//! not counted. Labels stay low-cardinality: the method (`GET`, `POST`, …) and the status code, or
+//! `<error>` when no response came back (client-go's label for transport errors); client-go's `host`
+//! label is left out because a worker talks to one API server.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tower::{Layer, Service};
+
+/// Labels of `rest_client_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    /// The HTTP status code as digits, or `<error>`.
+    code: String,
+    /// The HTTP method, upper case.
+    method: String,
+}
+
+/// The counter family; cheap to clone, clones count into the same series.
+pub(crate) type RequestCounter = Family<RequestLabels, Counter>;
+
+/// The `code` label of a request that ended without a response.
+const ERROR_CODE: &str = "<error>";
+
+/// Counts every request that passes through into a shared [`RequestCounter`].
+#[derive(Clone)]
+pub(crate) struct RequestCountLayer {
+    requests: RequestCounter,
+}
+
+impl RequestCountLayer {
+    pub(crate) fn new(requests: RequestCounter) -> Self {
+        Self { requests }
+    }
+}
+
+impl<S> Layer<S> for RequestCountLayer {
+    type Service = RequestCount<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestCount {
+            inner,
+            requests: self.requests.clone(),
+        }
+    }
+}
+
+/// The service of [`RequestCountLayer`].
+#[derive(Clone)]
+pub(crate) struct RequestCount<S> {
+    inner: S,
+    requests: RequestCounter,
+}
+
+impl<S, B, RB> Service<Request<B>> for RequestCount<S>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let method = request.method().as_str().to_owned();
+        let requests = self.requests.clone();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let result = response.await;
+            let code = match &result {
+                Ok(response) => response.status().as_str().to_owned(),
+                Err(_) => ERROR_CODE.to_owned(),
+            };
+            requests
+                .get_or_create(&RequestLabels { code, method })
+                .inc();
+            result
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use http::{Method, StatusCode};
+    use tower::ServiceExt;
+
+    /// Answers GETs with 200, POSTs with 409 and fails everything else.
+    fn api()
+    -> impl Service<
+        Request<()>,
+        Response = Response<()>,
+        Error = &'static str,
+        Future: Send + 'static,
+    > + Clone {
+        tower::service_fn(|request: Request<()>| async move {
+            let status = match *request.method() {
+                Method::GET => StatusCode::OK,
+                Method::POST => StatusCode::CONFLICT,
+                _ => return Err("connection reset"),
+            };
+            Ok(Response::builder().status(status).body(()).unwrap())
+        })
+    }
+
+    fn count(requests: &RequestCounter, method: &str, code: &str) -> u64 {
+        requests
+            .get_or_create(&RequestLabels {
+                code: code.to_owned(),
+                method: method.to_owned(),
+            })
+            .get()
+    }
+
+    #[tokio::test]
+    async fn each_response_is_counted_by_method_and_status_code_and_errors_as_error() {
+        let requests = RequestCounter::default();
+        let service = RequestCountLayer::new(requests.clone()).layer(api());
+        for method in [
+            Method::GET,
+            Method::GET,
+            Method::POST,
+            Method::DELETE,
+            Method::GET,
+        ] {
+            let request = Request::builder().method(method).body(()).unwrap();
+            let _ = service.clone().oneshot(request).await;
+        }
+        assert_eq!(count(&requests, "GET", "200"), 3);
+        assert_eq!(count(&requests, "POST", "409"), 1);
+        assert_eq!(count(&requests, "DELETE", "<error>"), 1);
+        assert_eq!(count(&requests, "POST", "200"), 0);
+    }
+
+    #[tokio::test]
+    async fn the_counter_is_exposed_under_client_go_s_name() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let requests = RequestCounter::default();
+        registry.register("rest_client_requests", "requests", requests.clone());
+        let service = RequestCountLayer::new(requests).layer(api());
+        let request = Request::builder().method(Method::GET).body(()).unwrap();
+        service.oneshot(request).await.unwrap();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains(r#"rest_client_requests_total{code="200",method="GET"} 1"#),
+            "{text}"
+        );
+    }
+}
