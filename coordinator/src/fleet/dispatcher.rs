@@ -207,8 +207,9 @@ pub fn spawn(
 ) {
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
-        let mut d = Dispatcher::new(ctx);
-        d.run(rx, stop).await
+        let (discovered_tx, discovered) = mpsc::unbounded_channel();
+        let mut d = Dispatcher::new(ctx, discovered_tx);
+        d.run(rx, discovered, stop).await
     });
     (DispatcherHandle { tx }, task)
 }
@@ -222,7 +223,6 @@ struct Dispatcher {
     /// The ownerReference graph routing owner-graph controllers, and the discoveries that feed it.
     graph: OwnerGraph,
     discovered_tx: mpsc::UnboundedSender<Vec<ResourceKind>>,
-    discovered_rx: Option<mpsc::UnboundedReceiver<Vec<ResourceKind>>>,
     /// Cancelled when the term ends: stops the tasks the term spawned on demand.
     term_tasks: CancellationToken,
     workers: HashMap<String, WorkerState>,
@@ -240,11 +240,10 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    fn new(ctx: TermContext) -> Self {
+    fn new(ctx: TermContext, discovered_tx: mpsc::UnboundedSender<Vec<ResourceKind>>) -> Self {
         let term = ctx.elected.term();
         let keys = FleetKeys::new(&ctx.config.fleet);
         let shards = ShardTable::new(ctx.config.shards);
-        let (discovered_tx, discovered_rx) = mpsc::unbounded_channel();
         Self {
             term,
             keys,
@@ -252,7 +251,6 @@ impl Dispatcher {
             routes: Routes::default(),
             graph: OwnerGraph::default(),
             discovered_tx,
-            discovered_rx: Some(discovered_rx),
             term_tasks: CancellationToken::new(),
             workers: HashMap::new(),
             shards,
@@ -272,15 +270,11 @@ impl Dispatcher {
     async fn run(
         &mut self,
         mut commands: mpsc::UnboundedReceiver<Command>,
+        mut discovered: mpsc::UnboundedReceiver<Vec<ResourceKind>>,
         stop: CancellationToken,
     ) -> Result<(), TermError> {
         let mut events = self.ctx.informers.subscribe();
         let _tasks_guard = self.term_tasks.clone().drop_guard();
-        let mut discovered = self.discovered_rx.take().unwrap_or_else(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            self.discovered_tx = tx;
-            rx
-        });
         let revision = self.load().await?;
         let (reg_tx, mut registry) = mpsc::unbounded_channel();
         let watch_stop = stop.child_token();
