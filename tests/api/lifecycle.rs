@@ -314,16 +314,35 @@ async fn pod_deletion_is_immediate_when_unbound_and_graceful_when_bound() {
     // Fixtures kcm/40-43 and 44-watch-pod-deletions.json (Surprise 21).
     let (_cluster, client, ns) = setup("life-pods").await;
     let pods = format!("/api/v1/namespaces/{ns}/pods");
-    create(&client, &pods, &super::common::pod("p-unbound")).await;
+    let created = create(&client, &pods, &super::common::pod("p-unbound")).await;
     let mut bound = super::common::pod("p-bound");
     bound["spec"]["nodeName"] = json!("node-x");
     create(&client, &pods, &bound).await;
+    let mut watch = RawWatch::open(
+        &client,
+        &format!(
+            "{pods}?watch=1&fieldSelector=metadata.name%3Dp-unbound&resourceVersion={}",
+            rv(&created)
+        ),
+    )
+    .await;
 
     let unbound = raw::delete(&client, &format!("{pods}/p-unbound"), None)
         .await
         .expect_ok(200);
     assert_eq!(unbound["kind"], "Pod");
     assert_eq!(unbound["metadata"]["deletionGracePeriodSeconds"], 0);
+    let marked = watch.next(SOON, "the grace-0 mark of p-unbound").await;
+    let deleted = watch.next(SOON, "the deletion of p-unbound").await;
+    assert_eq!(
+        (event_type(&marked), event_type(&deleted)),
+        ("MODIFIED", "DELETED")
+    );
+    assert_eq!(
+        rv(&unbound),
+        rv(&deleted["object"]),
+        "the answer carries the deletion's resourceVersion (kcm/40, 44)"
+    );
     raw::get(&client, &format!("{pods}/p-unbound"))
         .await
         .expect_status(404, "NotFound");

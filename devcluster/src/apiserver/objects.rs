@@ -1127,9 +1127,16 @@ pub async fn delete(st: &ApiState, t: &Target, opts: &DeleteOptions) -> Result<V
                             .map_err(internal)?
                         {
                             Some(rev) => {
-                                meta::set(&mut new, "resourceVersion", json!(rev.to_string()));
                                 match st.storage.delete(&key, rev).await.map_err(internal)? {
-                                    Some(_) => {
+                                    // The answer carries the deletion's revision, as upstream's does
+                                    // (fixtures kcm/40, 44): a client waiting for its delete to be
+                                    // seen waits for the DELETED event, not the grace-0 mark.
+                                    Some(deleted) => {
+                                        meta::set(
+                                            &mut new,
+                                            "resourceVersion",
+                                            json!(deleted.to_string()),
+                                        );
                                         reorder_metadata(&mut new);
                                         return Ok(new);
                                     }
