@@ -1,6 +1,6 @@
 //! The worker's Kubernetes HTTP stack, built once: a shared hyper client with kube's TLS, base URI,
-//! auth and header layers, behind the request counter and the per-worker rate limiter. Each reconcile gets its own
-//! `kube::Client` over a clone of it, with the write-recording layer on top.
+//! auth and header layers, behind the request counter and the per-worker rate limiter. Each reconcile
+//! gets its own `kube::Client` over a clone of it, with the write-recording layer on top.
 
 use std::sync::Arc;
 
