@@ -1,12 +1,16 @@
-//! `flotilla up`: the local demo. Starts etcd, the devcluster (with simulated nodes), two coordinators and
-//! three workers running the example `greeting` controller — each a real process — applies the Greeting
-//! CRD and sample Greetings, and prints live progress until every Greeting is reconciled.
+//! `flotilla up`: the local demo. Starts etcd, the devcluster (with simulated nodes) and two fleets, each
+//! process a real one: `demo`, two coordinators and three workers running the example `greeting`
+//! controller, and `builtins`, a coordinator and two `flotilla worker --controllers *` workers running
+//! kube-controller-manager's controllers. Applies the Greeting CRD, sample Greetings and sample
+//! Deployments, and prints live progress until every Greeting is reconciled and every Deployment is
+//! Available.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use flotilla_devcluster::EtcdServer;
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
@@ -28,6 +32,12 @@ pub struct Args {
     /// Sample Greetings to create.
     #[arg(long, default_value_t = 50)]
     pub greetings: usize,
+    /// Workers of the `builtins` fleet, running every built-in controller.
+    #[arg(long, default_value_t = 2)]
+    pub builtin_workers: usize,
+    /// Sample Deployments (3 replicas each) to create.
+    #[arg(long, default_value_t = 3)]
+    pub deployments: usize,
     /// Simulated nodes in the devcluster.
     #[arg(long, default_value_t = 3)]
     pub nodes: usize,
@@ -76,65 +86,73 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
 
     let fleet = "demo";
+    let builtins = "builtins";
+    // Flags every fleet process takes.
+    let shared = |fleet: &str| -> Vec<String> {
+        [
+            "--fleet",
+            fleet,
+            "--etcd-endpoints",
+            &endpoints,
+            "--kubeconfig",
+            &kubeconfig.display().to_string(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let coordinator = |id: &str, fleet: &str| -> Vec<String> {
+        let mut args: Vec<String> = ["coordinator", "--id", id, "--listen", "127.0.0.1:0"]
+            .map(String::from)
+            .to_vec();
+        args.extend(shared(fleet));
+        args
+    };
     for i in 0..args.coordinators {
         let id = format!("coordinator-{i}");
-        children.push(spawn(
-            &logs,
-            &id,
-            &flotilla,
-            &[
-                "coordinator".into(),
-                "--id".into(),
-                id.clone(),
-                "--fleet".into(),
-                fleet.into(),
-                "--etcd-endpoints".into(),
-                endpoints.clone(),
-                "--kubeconfig".into(),
-                kubeconfig.display().to_string(),
-                "--listen".into(),
-                "127.0.0.1:0".into(),
-                "--metrics-listen".into(),
-                "127.0.0.1:0".into(),
-            ],
-        )?);
+        children.push(spawn(&logs, &id, &flotilla, &coordinator(&id, fleet))?);
     }
     let greeting = sibling("greeting-controller")?;
     for i in 0..args.workers {
         let id = format!("worker-{i}");
-        children.push(spawn(
-            &logs,
-            &id,
-            &greeting,
-            &[
-                "--worker-id".into(),
-                id.clone(),
-                "--fleet".into(),
-                fleet.into(),
-                "--etcd-endpoints".into(),
-                endpoints.clone(),
-                "--kubeconfig".into(),
-                kubeconfig.display().to_string(),
-                "--metrics-listen".into(),
-                "127.0.0.1:0".into(),
-            ],
-        )?);
+        let mut worker_args = vec!["--worker-id".to_owned(), id.clone()];
+        worker_args.extend(shared(fleet));
+        children.push(spawn(&logs, &id, &greeting, &worker_args)?);
     }
     println!(
         "  fleet {fleet:?}     {} coordinators, {} greeting workers",
         args.coordinators, args.workers
     );
+    // The built-in controllers run in a fleet of their own: every worker of a fleet runs the same
+    // controllers.
+    let id = format!("{builtins}-coordinator-0");
+    children.push(spawn(&logs, &id, &flotilla, &coordinator(&id, builtins))?);
+    for i in 0..args.builtin_workers {
+        let id = format!("{builtins}-worker-{i}");
+        let mut worker_args: Vec<String> = ["worker", "--controllers", "*", "--worker-id", &id]
+            .map(String::from)
+            .to_vec();
+        worker_args.extend(shared(builtins));
+        children.push(spawn(&logs, &id, &flotilla, &worker_args)?);
+    }
+    println!(
+        "  fleet {builtins:?} 1 coordinator, {} workers running every built-in controller",
+        args.builtin_workers
+    );
 
     let greetings = apply_samples(&client, args.greetings).await?;
+    let deployments = apply_deployments(&client, args.deployments).await?;
     println!(
-        "  applied         Greeting CRD and {} Greetings in namespace demo",
-        args.greetings
+        "  applied         Greeting CRD, {} Greetings and {} Deployments in namespace demo",
+        args.greetings, args.deployments
     );
 
     let started = Instant::now();
     let mut last = String::new();
     loop {
         let done = reconciled(&client, &greetings).await;
+        let available = available(&client, &deployments).await;
         let fleet_line = match super::status::fetch(&etcd.endpoints(), fleet).await {
             Ok(s) => format!(
                 "leader {} (term {}), {} workers connected",
@@ -145,26 +163,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Err(_) => "no leader yet".into(),
         };
         let line = format!(
-            "  progress        {done}/{} Greetings reconciled; {fleet_line}",
-            args.greetings
+            "  progress        {done}/{} Greetings reconciled, {available}/{} Deployments available; {fleet_line}",
+            args.greetings, args.deployments
         );
         if line != last {
             println!("{line}");
             last = line;
         }
-        if done == args.greetings {
+        if done == args.greetings && available == args.deployments {
             println!(
-                "all {} Greetings reconciled in {:.1}s",
+                "all {} Greetings reconciled and {} Deployments available in {:.1}s",
                 args.greetings,
+                args.deployments,
                 started.elapsed().as_secs_f64()
             );
             break;
         }
         if started.elapsed() > args.timeout {
             bail!(
-                "timed out after {:?}: {done}/{} Greetings reconciled; see the logs in {}",
+                "timed out after {:?}: {done}/{} Greetings reconciled, {available}/{} Deployments available; see the logs in {}",
                 args.timeout,
                 args.greetings,
+                args.deployments,
                 logs.display()
             );
         }
@@ -175,10 +195,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.keep_running {
         println!(
-            "running; try: KUBECONFIG={} kubectl get greetings,configmaps -n demo",
+            "running; try: KUBECONFIG={} kubectl get greetings,configmaps,deployments,pods -n demo",
             kubeconfig.display()
         );
         println!("         flotilla status --fleet {fleet} --etcd-endpoints {endpoints}");
+        println!("         flotilla status --fleet {builtins} --etcd-endpoints {endpoints}");
         println!("press Ctrl-C to stop");
         flotilla_common::shutdown_signal().await;
     }
@@ -282,6 +303,55 @@ async fn reconciled(client: &kube::Client, names: &[String]) -> usize {
                         == message
             });
             cm_ok && observed.is_some() && observed == g.metadata.generation
+        })
+        .count()
+}
+
+/// Creates `n` Deployments of 3 replicas (`web-0`, `web-1`, …) in namespace demo.
+async fn apply_deployments(client: &kube::Client, n: usize) -> anyhow::Result<Vec<String>> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "demo");
+    let mut names = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("web-{i}");
+        let deployment = json!({
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+                },
+            },
+        });
+        deployments
+            .create(&PostParams::default(), &serde_json::from_value(deployment)?)
+            .await
+            .context("cannot create a Deployment")?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// How many of the named Deployments are Available with every replica up to date.
+async fn available(client: &kube::Client, names: &[String]) -> usize {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "demo");
+    let Ok(list) = deployments.list(&Default::default()).await else {
+        return 0;
+    };
+    list.items
+        .iter()
+        .filter(|d| names.iter().any(|n| Some(n) == d.metadata.name.as_ref()))
+        .filter(|d| {
+            let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            d.status.as_ref().is_some_and(|s| {
+                s.updated_replicas == Some(want)
+                    && s.available_replicas == Some(want)
+                    && s.conditions
+                        .iter()
+                        .flatten()
+                        .any(|c| c.type_ == "Available" && c.status == "True")
+            })
         })
         .count()
 }
