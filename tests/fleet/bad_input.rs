@@ -234,7 +234,12 @@ async fn garbled_stale_unknown_and_silent_peers_are_refused_and_counted_while_re
                     &text,
                     r#"flotilla_bad_input_total{reason="unregistered_worker"}"#,
                 ) >= 1.0
-                && metric(&text, r#"flotilla_bad_input_total{reason="stale_term"}"#) >= 1.0;
+                && metric(&text, r#"flotilla_bad_input_total{reason="stale_term"}"#) >= 1.0
+                // "rogue" runs another controller than the real worker: both lack one.
+                && metric(
+                    &text,
+                    r#"flotilla_bad_input_total{reason="worker_lacks_controllers"}"#,
+                ) >= 1.0;
             ok.then_some(text)
         },
     )
@@ -256,8 +261,10 @@ async fn garbled_stale_unknown_and_silent_peers_are_refused_and_counted_while_re
         },
     )
     .await;
+    let log = coordinator.log_text();
+    assert!(log.contains("refusing"), "refusals are logged");
     assert!(
-        coordinator.log_text().contains("refusing"),
-        "refusals are logged"
+        log.contains("lacks controllers"),
+        "a worker lacking the fleet's controllers is logged"
     );
 }

@@ -650,12 +650,36 @@ impl Dispatcher {
         let shards = self.shards.owned_by(&id);
         self.needs_rebalance = true;
         info!(worker = %id, held = hello.held.len(), shards = shards.len(), "worker connected");
+        self.warn_on_mixed_controllers();
         Ok(Ok(proto::Welcome {
             term: self.term,
             leader_id: self.ctx.leader.id.clone(),
             shards,
             rejected,
         }))
+    }
+
+    /// Shards are fleet-wide: a worker without a controller other connected workers run holds that
+    /// controller's keys back while it owns their shards. Says so for every such worker (worker pools
+    /// with different controllers belong in separate fleets).
+    fn warn_on_mixed_controllers(&self) {
+        let connected: Vec<&WorkerState> =
+            self.workers.values().filter(|w| w.conn.is_some()).collect();
+        let all: BTreeSet<&String> = connected
+            .iter()
+            .flat_map(|w| w.concurrency.keys())
+            .collect();
+        for w in connected {
+            let lacking: Vec<&str> = all
+                .iter()
+                .filter(|c| !w.concurrency.contains_key(c.as_str()))
+                .map(|c| c.as_str())
+                .collect();
+            if !lacking.is_empty() {
+                self.ctx.metrics.bad("worker_lacks_controllers");
+                warn!(worker = %w.id, ?lacking, "worker lacks controllers other workers of the fleet run; their keys wait while it owns their shards (run one fleet per set of controllers)");
+            }
+        }
     }
 
     async fn confirm_registration(&mut self, id: &str, lease_id: i64) -> Result<bool, TermError> {
