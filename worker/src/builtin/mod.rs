@@ -2,7 +2,10 @@
 //! `--concurrent-<name>-syncs` default and its constructor, so `flotilla worker` grows a flag per
 //! controller without editing the command.
 
+mod claim;
+mod controller_ref;
 mod deployment;
+mod events;
 mod garbagecollector;
 mod namespace;
 mod replicaset;

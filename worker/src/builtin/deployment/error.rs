@@ -1,6 +1,6 @@
 //! The errors of one Deployment sync; each is retried with the fleet's rate limiter.
 
-use super::adoption::ClaimError;
+use super::super::controller_ref::ClaimError;
 use crate::sdk::{CacheError, ContextError};
 
 /// Errors of one sync.

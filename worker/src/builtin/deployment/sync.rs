@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet};
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
+use kube::runtime::events::EventType;
 use serde_json::json;
 
+use super::super::events;
 use super::annotations::{set_deployment_revision, set_new_replica_set_annotations};
 use super::conditions::{
     self, FAILED_RS_CREATE, FOUND_NEW_RS, NEW_RS_CREATED, PROGRESSING, new_condition,
@@ -301,19 +302,8 @@ impl Sync {
         Ok(())
     }
 
-    /// Records an event on the Deployment. An event is a courtesy: failing to publish it must not fail
-    /// the sync.
+    /// Records an event on the Deployment (see [`events::publish`]).
     pub(super) async fn publish(&self, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        let reference = self.d.object_ref(&());
-        if let Err(err) = self.ctx.recorder().publish(&event, &reference).await {
-            tracing::debug!(error = %err, "cannot publish an event");
-        }
+        events::publish(&self.ctx, &self.d, type_, reason, note).await;
     }
 }

@@ -4,9 +4,10 @@
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 use serde_json::Value;
 
+use super::super::controller_ref::controller_ref;
 use super::hash::POD_TEMPLATE_HASH;
 use super::replica_sets::by_creation;
 use super::spec;
@@ -90,8 +91,7 @@ pub fn new_replica_set(d: &Deployment, hash: &str) -> Option<ReplicaSet> {
         .match_labels
         .get_or_insert_with(Default::default)
         .insert(POD_TEMPLATE_HASH.into(), hash.into());
-    let mut owner = d.controller_owner_ref(&())?;
-    owner.block_owner_deletion = Some(true);
+    let owner = controller_ref(d)?;
     Some(ReplicaSet {
         metadata: ObjectMeta {
             name: Some(format!("{}-{hash}", d.name_any())),

@@ -1,7 +1,6 @@
 //! The `replicaset` and `replicationcontroller` controllers: one implementation keeping
 //! `spec.replicas` pods from the template (upstream `pkg/controller/replicaset`).
 
-pub(super) mod claim;
 mod owner;
 mod pods;
 mod ranking;

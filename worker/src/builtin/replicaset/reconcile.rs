@@ -5,14 +5,15 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType};
-use serde_json::json;
+use kube::runtime::events::EventType;
 
-use super::claim::claim;
+use super::super::claim::claim;
+use super::super::controller_ref::{ClaimError, adopt, controller_ref, release};
+use super::super::events::publish;
 use super::owner::ReplicaOwner;
 use super::ranking::pods_to_delete;
 use super::slow_start::{BURST_REPLICAS, slow_start};
@@ -32,15 +33,8 @@ pub enum Error {
     #[error("cannot serialize the owner")]
     Serialize(#[source] serde_json::Error),
     /// Adopting or releasing a pod failed.
-    #[error("cannot {action} pod {pod}")]
-    Claim {
-        /// `adopt` or `release`.
-        action: &'static str,
-        /// The pod.
-        pod: String,
-        /// Why.
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
     /// Creating or deleting pods failed; the status carries a `ReplicaFailure` condition.
     #[error("{reason}: {message}")]
     Manage {
@@ -215,27 +209,6 @@ async fn manage<K: ReplicaOwner>(
     })
 }
 
-/// Records an event on the owner, with upstream's reasons and notes. An event is a courtesy: failing to
-/// publish it must not fail the sync.
-async fn publish<K: ReplicaOwner>(
-    ctx: &Context,
-    owner: &K,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: reason.to_owned(),
-        secondary: None,
-    };
-    if let Err(err) = ctx.recorder().publish(&event, &owner.object_ref(&())).await {
-        tracing::debug!(error = %err, "cannot publish an event");
-    }
-}
-
 /// The pod `owner`'s template makes: generateName `<owner>-`, the template's labels, annotations and
 /// finalizers, and a blocking controller reference. `None` without a template or uid.
 pub fn new_pod<K: ReplicaOwner>(owner: &K) -> Option<Pod> {
@@ -254,70 +227,6 @@ pub fn new_pod<K: ReplicaOwner>(owner: &K) -> Option<Pod> {
         spec: template.spec.clone(),
         ..Pod::default()
     })
-}
-
-fn controller_ref<K: ReplicaOwner>(owner: &K) -> Option<OwnerReference> {
-    let mut reference = owner.controller_owner_ref(&())?;
-    reference.block_owner_deletion = Some(true);
-    Some(reference)
-}
-
-/// Adds the controller reference to an orphan; the resourceVersion makes the patch fail if the pod
-/// changed (someone else may have adopted it) since the cache copy. `None` when the pod is gone.
-async fn adopt<K: ReplicaOwner>(
-    pods: &Api<Pod>,
-    pod: Pod,
-    owner: &K,
-) -> Result<Option<Pod>, Error> {
-    let name = pod.name_any();
-    let mut references = pod.owner_references().to_vec();
-    references.extend(controller_ref(owner));
-    let patch = json!({
-        "metadata": {
-            "ownerReferences": references,
-            "resourceVersion": pod.resource_version(),
-        }
-    });
-    match pods
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(adopted) => Ok(Some(adopted)),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
-        Err(source) => Err(Error::Claim {
-            action: "adopt",
-            pod: name,
-            source,
-        }),
-    }
-}
-
-/// Removes our controller reference from a pod that no longer matches.
-async fn release(pods: &Api<Pod>, pod: &Pod, uid: &str) -> Result<(), Error> {
-    let name = pod.name_any();
-    let references: Vec<&OwnerReference> = pod
-        .owner_references()
-        .iter()
-        .filter(|o| o.uid != uid)
-        .collect();
-    let patch = json!({
-        "metadata": {
-            "ownerReferences": if references.is_empty() { serde_json::Value::Null } else { json!(references) },
-            "resourceVersion": pod.resource_version(),
-        }
-    });
-    match pods
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        // Gone already: nothing to release.
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        result => result.map(drop).map_err(|source| Error::Claim {
-            action: "release",
-            pod: name,
-            source,
-        }),
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Which objects an owner claims (upstream `ControllerRefManager`: `ClaimPods` of the replica
 //! controllers, `ClaimReplicaSets` of the deployment controller): its own objects that still match stay,
-//! its objects that stopped matching are released, matching orphans are adopted.
+//! its objects that stopped matching are released, matching orphans are adopted. The decision only; the
+//! writes are [`super::controller_ref`]'s.
 
 use flotilla_common::LabelSelector;
 use kube::{Resource, ResourceExt};
