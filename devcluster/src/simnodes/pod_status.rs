@@ -114,6 +114,47 @@ fn merged(mut status: Value, extra: Value) -> Value {
     json!({ "status": status })
 }
 
+/// A Running pod's status: every container running and ready, or, with `not_ready` (the condition
+/// reason), those whose image ends in `:fail` waiting in `CrashLoopBackOff` after one failed run.
+fn running(pod: &Pod, now: &Value, not_ready: Option<&str>) -> Value {
+    let statuses: Vec<Value> = containers(pod)
+        .map(|c| {
+            let failing = not_ready.is_some() && image_fails(c);
+            let mut status = json!({
+                "name": c.name,
+                "image": c.image,
+                "imageID": format!("{}@sha256:simulated", c.image.as_deref().unwrap_or_default()),
+                "containerID": container_id(pod, c),
+                "ready": !failing,
+                "started": !failing,
+                "restartCount": u8::from(failing),
+                "state": {"running": {"startedAt": now}},
+            });
+            if failing {
+                status["state"] = json!({"waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": format!("back-off 10s restarting failed container={} pod={}",
+                        c.name, pod.metadata.name.as_deref().unwrap_or_default()),
+                }});
+                status["lastState"] = terminated(pod, c, 1, "Error", now, now)["state"].clone();
+            }
+            status
+        })
+        .collect();
+    json!({
+        "phase": "Running",
+        "conditions": [
+            condition("PodReadyToStartContainers", true, None, now),
+            condition("Initialized", true, None, now),
+            condition("Ready", not_ready.is_none(), not_ready, now),
+            condition("ContainersReady", not_ready.is_none(), not_ready, now),
+            condition("PodScheduled", true, None, now),
+        ],
+        "containerStatuses": statuses,
+        "startTime": now,
+    })
+}
+
 /// The merge patch reporting `pod` started: Running and Ready or, when an image ends in `:fail`,
 /// crash-looping (Running, not Ready) or Failed by its restart policy.
 pub(crate) fn started(pod: &Pod, pod_ip: Ipv4Addr, host_ip: Ipv4Addr, now: &Value) -> Value {
@@ -121,72 +162,8 @@ pub(crate) fn started(pod: &Pod, pod_ip: Ipv4Addr, host_ip: Ipv4Addr, now: &Valu
         .map(|c| terminated(pod, c, 0, "Completed", now, now))
         .collect();
     let status = match outcome(pod) {
-        Outcome::Run => {
-            let statuses: Vec<Value> = containers(pod)
-                .map(|c| {
-                    json!({
-                        "name": c.name,
-                        "image": c.image,
-                        "imageID": format!("{}@sha256:simulated", c.image.as_deref().unwrap_or_default()),
-                        "containerID": container_id(pod, c),
-                        "ready": true,
-                        "started": true,
-                        "restartCount": 0,
-                        "state": {"running": {"startedAt": now}},
-                    })
-                })
-                .collect();
-            json!({
-                "phase": "Running",
-                "conditions": [
-                    condition("PodReadyToStartContainers", true, None, now),
-                    condition("Initialized", true, None, now),
-                    condition("Ready", true, None, now),
-                    condition("ContainersReady", true, None, now),
-                    condition("PodScheduled", true, None, now),
-                ],
-                "containerStatuses": statuses,
-                "startTime": now,
-            })
-        }
-        Outcome::CrashLoop => {
-            let statuses: Vec<Value> = containers(pod)
-                .map(|c| {
-                    let failing = image_fails(c);
-                    let mut status = json!({
-                        "name": c.name,
-                        "image": c.image,
-                        "imageID": format!("{}@sha256:simulated", c.image.as_deref().unwrap_or_default()),
-                        "containerID": container_id(pod, c),
-                        "ready": !failing,
-                        "started": !failing,
-                        "restartCount": u8::from(failing),
-                        "state": {"running": {"startedAt": now}},
-                    });
-                    if failing {
-                        status["state"] = json!({"waiting": {
-                            "reason": "CrashLoopBackOff",
-                            "message": format!("back-off 10s restarting failed container={} pod={}",
-                                c.name, pod.metadata.name.as_deref().unwrap_or_default()),
-                        }});
-                        status["lastState"] = terminated(pod, c, 1, "Error", now, now)["state"].clone();
-                    }
-                    status
-                })
-                .collect();
-            json!({
-                "phase": "Running",
-                "conditions": [
-                    condition("PodReadyToStartContainers", true, None, now),
-                    condition("Initialized", true, None, now),
-                    condition("Ready", false, Some("ContainersNotReady"), now),
-                    condition("ContainersReady", false, Some("ContainersNotReady"), now),
-                    condition("PodScheduled", true, None, now),
-                ],
-                "containerStatuses": statuses,
-                "startTime": now,
-            })
-        }
+        Outcome::Run => running(pod, now, None),
+        Outcome::CrashLoop => running(pod, now, Some("ContainersNotReady")),
         Outcome::Fail => {
             let statuses: Vec<Value> = containers(pod)
                 .map(|c| {
