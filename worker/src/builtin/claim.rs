@@ -5,6 +5,9 @@
 
 use flotilla_common::LabelSelector;
 use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::sdk::{CacheQuery, Context, KindScope};
 
 /// What to do with the objects (pods, ReplicaSets) an owner could claim.
 #[derive(Debug)]
@@ -58,6 +61,32 @@ pub fn claim<T: Resource>(
         }
     }
     claims
+}
+
+/// The objects of kind `T` in `namespace` that `selector` matches, from the cache: what an owner may
+/// adopt. Empty for an owner being deleted (it adopts nothing), and when the list fails: adoption can
+/// wait for a later sync, the owner's own work cannot (a failed list, e.g. more matching objects than
+/// one message holds, must not stall it); the failure is logged.
+pub async fn candidates<T>(
+    ctx: &Context,
+    namespace: &str,
+    selector: &LabelSelector,
+    owner_deleting: bool,
+) -> Vec<T>
+where
+    T: Resource<DynamicType = ()> + DeserializeOwned,
+    T::Scope: KindScope,
+{
+    if owner_deleting {
+        return Vec::new();
+    }
+    let query = CacheQuery::all()
+        .namespace(namespace)
+        .labels(&selector.to_string());
+    ctx.cache().list(&query).await.unwrap_or_else(|err| {
+        tracing::warn!(error = %err, kind = %T::kind(&()), "cannot list the objects to adopt");
+        Vec::new()
+    })
 }
 
 #[cfg(test)]

@@ -10,11 +10,12 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
 
+use super::super::claim::candidates;
 use super::Error;
 use super::adoption::claim_replica_sets;
 use super::spec::{self, RECREATE};
 use super::sync::Sync;
-use crate::sdk::{Action, CacheQuery, Context, Request};
+use crate::sdk::{Action, Context, Request};
 
 /// Syncs one Deployment.
 ///
@@ -47,21 +48,8 @@ pub async fn reconcile(request: Request<Deployment>, ctx: Context) -> Result<Act
 
     let replica_sets: Api<ReplicaSet> = Api::namespaced(ctx.client(), &namespace);
     let owned = ctx.prefetched::<ReplicaSet>().map_err(Error::Prefetched)?;
-    let matching = if d.metadata.deletion_timestamp.is_some() {
-        Vec::new()
-    } else {
-        let query = CacheQuery::all()
-            .namespace(&namespace)
-            .labels(&selector.to_string());
-        match ctx.cache().list(&query).await {
-            Ok(rss) => rss,
-            // Adoption can wait for a later sync; the rollout cannot.
-            Err(err) => {
-                tracing::warn!(error = %err, key = request.key(), "cannot list replicasets to adopt");
-                Vec::new()
-            }
-        }
-    };
+    let deleting = d.metadata.deletion_timestamp.is_some();
+    let matching = candidates(&ctx, &namespace, &selector, deleting).await;
     let rss = claim_replica_sets(&replica_sets, d, owned, matching, &selector).await?;
 
     let mut sync = Sync::new(ctx, d.clone(), rss);

@@ -11,14 +11,14 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 
-use super::super::claim::claim;
+use super::super::claim::{candidates, claim};
 use super::super::controller_ref::{ClaimError, adopt, controller_ref, release};
 use super::super::events::publish;
 use super::owner::ReplicaOwner;
 use super::ranking::pods_to_delete;
 use super::slow_start::{BURST_REPLICAS, slow_start};
 use super::status::{self, Failure, Observed};
-use crate::sdk::{Action, CacheQuery, Context, ContextError, Request};
+use crate::sdk::{Action, Context, ContextError, Request};
 
 /// Errors of one sync.
 #[derive(Debug, thiserror::Error)]
@@ -74,22 +74,7 @@ pub async fn reconcile<K: ReplicaOwner>(
     let pods: Api<Pod> = Api::namespaced(ctx.client(), &namespace);
     let deleting = owner.meta().deletion_timestamp.is_some();
 
-    let matching: Vec<Pod> = if deleting {
-        Vec::new()
-    } else {
-        let query = CacheQuery::all()
-            .namespace(&namespace)
-            .labels(&selector.to_string());
-        match ctx.cache().list(&query).await {
-            Ok(pods) => pods,
-            // Adoption can wait for a later sync, the replicas cannot: a failed list (e.g. more
-            // matching pods than one message holds) must not stall creates and deletes.
-            Err(err) => {
-                tracing::warn!(error = %err, key = request.key(), "cannot list pods to adopt");
-                Vec::new()
-            }
-        }
-    };
+    let matching: Vec<Pod> = candidates(&ctx, &namespace, &selector, deleting).await;
     let owned = ctx.prefetched::<Pod>().map_err(Error::Prefetched)?;
     let claims = claim(owned, matching, &selector, deleting);
     for pod in &claims.release {
