@@ -17,14 +17,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use flotilla_common::{KindedKey, ResourceKind};
+use flotilla_common::{FOREGROUND_FINALIZER, KindedKey, ORPHAN_FINALIZER, ResourceKind};
 
 use crate::informer::{CachedObject, InformerEvent, Informers, OwnerRef};
-
-/// The finalizer of an object whose dependents are orphaned before it goes.
-pub const ORPHAN_FINALIZER: &str = "orphan";
-/// The finalizer of an object whose blocking dependents are deleted before it goes.
-pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 
 /// How long a discovered kind may take to sync before the graph stops waiting for it (a resource whose
 /// list keeps failing must not stop collection everywhere else; upstream's collector likewise proceeds

@@ -5,10 +5,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-/// The finalizer of an object whose dependents are orphaned before it goes.
-pub const ORPHAN: &str = "orphan";
-/// The finalizer of an object whose blocking dependents are deleted before it goes.
-pub const FOREGROUND: &str = "foregroundDeletion";
+use flotilla_common::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
 
 /// One owner as the API shows it now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +26,7 @@ pub fn owner_state(
 ) -> OwnerState {
     match live {
         Some((uid, _, _)) if uid != reference.uid => OwnerState::Dangling,
-        Some((_, true, finalizers)) if finalizers.iter().any(|f| f == FOREGROUND) => {
+        Some((_, true, finalizers)) if finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) => {
             OwnerState::Waiting
         }
         Some(_) => OwnerState::Solid,
@@ -86,9 +83,9 @@ pub fn decide(
     if waiting && has_dependents {
         return Decision::Delete(Policy::Foreground);
     }
-    let policy = if finalizers.iter().any(|f| f == ORPHAN) {
+    let policy = if finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
         Policy::Orphan
-    } else if finalizers.iter().any(|f| f == FOREGROUND) {
+    } else if finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
         Policy::Foreground
     } else {
         Policy::Background
@@ -124,7 +121,7 @@ mod tests {
     #[test]
     fn an_owner_deleting_in_the_foreground_waits_and_one_deleting_otherwise_is_solid() {
         let r = reference("u1");
-        let fg = [FOREGROUND.to_owned()];
+        let fg = [FOREGROUND_FINALIZER.to_owned()];
         assert_eq!(
             owner_state(&r, Some(("u1", true, &fg))),
             OwnerState::Waiting
@@ -155,11 +152,11 @@ mod tests {
             Decision::Delete(Policy::Background)
         );
         assert_eq!(
-            decide(&owners, &[ORPHAN.into()], false),
+            decide(&owners, &[ORPHAN_FINALIZER.into()], false),
             Decision::Delete(Policy::Orphan)
         );
         assert_eq!(
-            decide(&owners, &[FOREGROUND.into()], false),
+            decide(&owners, &[FOREGROUND_FINALIZER.into()], false),
             Decision::Delete(Policy::Foreground)
         );
     }

@@ -1,14 +1,14 @@
 //! One pass of the collector over one object: finish the deletion of an owner that orphans or waits for
 //! its dependents, or decide the fate of a dependent from the live state of its owners.
 
-use flotilla_common::{KindedKey, ResourceKind};
+use flotilla_common::{FOREGROUND_FINALIZER, KindedKey, ORPHAN_FINALIZER, ResourceKind};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::core::ApiResource;
 use serde_json::json;
 
 use super::dependents::{blocking, without_finalizer, without_owner};
-use super::owners::{Decision, FOREGROUND, ORPHAN, OwnerState, Policy, decide, owner_state};
+use super::owners::{Decision, OwnerState, Policy, decide, owner_state};
 use super::resolver::{ResolveError, Resolver};
 use crate::sdk::{Action, Context, ContextError, Request};
 
@@ -71,7 +71,7 @@ pub async fn reconcile(
         ctx.prefetched_objects().map_err(Error::Dependents)?;
 
     if object.metadata.deletion_timestamp.is_some() {
-        if finalizers.iter().any(|f| f == ORPHAN) {
+        if finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
             for (kind, dependent) in &dependents {
                 if let Some(refs) = without_owner(dependent, &uid) {
                     Target::of(&ctx, kind, dependent)
@@ -79,14 +79,16 @@ pub async fn reconcile(
                         .await?;
                 }
             }
-            target.remove_finalizer(object, &finalizers, ORPHAN).await?;
-        } else if finalizers.iter().any(|f| f == FOREGROUND) {
+            target
+                .remove_finalizer(object, &finalizers, ORPHAN_FINALIZER)
+                .await?;
+        } else if finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
             let objects: Vec<DynamicObject> = dependents.into_iter().map(|(_, d)| d).collect();
             // Blocking dependents are deleted through their own keys (their owner waits); the owner
             // is enqueued again as each goes.
             if blocking(&objects, &uid).next().is_none() {
                 target
-                    .remove_finalizer(object, &finalizers, FOREGROUND)
+                    .remove_finalizer(object, &finalizers, FOREGROUND_FINALIZER)
                     .await?;
             }
         }
