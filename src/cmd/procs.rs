@@ -104,6 +104,23 @@ pub fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
+/// The flags every process of a fleet takes: its name, etcd, the Kubernetes API, and metrics on a port
+/// of its choosing (it logs the address).
+pub fn fleet_flags(fleet: &str, etcd_endpoints: &str, kubeconfig: &Path) -> Vec<String> {
+    [
+        "--fleet",
+        fleet,
+        "--etcd-endpoints",
+        etcd_endpoints,
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// A binary built next to this one.
 ///
 /// # Errors

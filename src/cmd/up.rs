@@ -15,7 +15,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
-use super::procs::{free_port, sibling, spawn, stop_all, wait_for_api};
+use super::procs::{fleet_flags, free_port, sibling, spawn, stop_all, wait_for_api};
 
 /// The Greeting CRD of the example controller.
 const GREETING_CRD: &str = include_str!("../../examples/greeting/crd.yaml");
@@ -87,21 +87,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let fleet = "demo";
     let builtins = "builtins";
-    // Flags every fleet process takes.
-    let shared = |fleet: &str| -> Vec<String> {
-        [
-            "--fleet",
-            fleet,
-            "--etcd-endpoints",
-            &endpoints,
-            "--kubeconfig",
-            &kubeconfig.display().to_string(),
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ]
-        .map(String::from)
-        .to_vec()
-    };
+    let shared = |fleet: &str| fleet_flags(fleet, &endpoints, &kubeconfig);
     let coordinator = |id: &str, fleet: &str| -> Vec<String> {
         let mut args: Vec<String> = ["coordinator", "--id", id, "--listen", "127.0.0.1:0"]
             .map(String::from)

@@ -22,7 +22,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{median, write_json};
-use crate::cmd::procs::{Child, free_port, spawn, stop_all, wait_for_api};
+use crate::cmd::procs::{Child, fleet_flags, free_port, spawn, stop_all, wait_for_api};
 
 /// The namespace the Deployments are created in.
 const NAMESPACE: &str = "bench";
@@ -275,16 +275,7 @@ async fn measure(
         .context("cannot create the benchmark's namespace")?;
 
     let fleet = format!("rollout-{}w-{}qps-{run}", shape.workers, shape.qps);
-    let common = strings(&[
-        "--fleet",
-        &fleet,
-        "--etcd-endpoints",
-        &endpoints,
-        "--kubeconfig",
-        &kubeconfig.display().to_string(),
-        "--metrics-listen",
-        "127.0.0.1:0",
-    ]);
+    let common = fleet_flags(&fleet, &endpoints, &kubeconfig);
     let mut coordinator_args = strings(&["coordinator", "--listen", "127.0.0.1:0"]);
     coordinator_args.extend(common.iter().cloned());
     coordinator_args.extend(strings(&["--id", "coordinator-0"]));
