@@ -535,7 +535,7 @@ async fn two_hundred_deployments_converge_while_a_worker_dies() {
     }
 
     wait_for(
-        Duration::from_secs(240),
+        Duration::from_secs(420),
         "every Deployment to be available with 600 pods",
         || async {
             let list = deployments.list(&ListParams::default()).await.ok()?;
