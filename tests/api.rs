@@ -23,6 +23,7 @@ mod api {
     mod namespaces;
     mod paging;
     mod patch;
+    mod protobuf;
     mod quota;
     mod simnodes;
     mod watch;

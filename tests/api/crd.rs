@@ -10,11 +10,12 @@ use crate::support::namespace::random_suffix;
 use crate::support::raw;
 use crate::support::wait::wait_for;
 
-const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+/// The CRD collection.
+pub(super) const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 
 /// A CRD for `greetings` (namespaced, status subresource) or `widgets` (cluster-scoped, no
 /// subresources) in a fresh group, so tests never share a CRD even on one cluster.
-fn crd(group: &str, plural: &str, kind: &str, scope: &str, status: bool) -> Value {
+pub(super) fn crd(group: &str, plural: &str, kind: &str, scope: &str, status: bool) -> Value {
     let mut version = json!({
         "name": "v1", "served": true, "storage": true,
         "schema": {"openAPIV3Schema": {"type": "object", "properties": {
@@ -36,7 +37,8 @@ fn crd(group: &str, plural: &str, kind: &str, scope: &str, status: bool) -> Valu
     })
 }
 
-async fn established(client: &kube::Client, name: &str) {
+/// Waits until the CRD `name` is Established.
+pub(super) async fn established(client: &kube::Client, name: &str) {
     let path = format!("{CRDS}/{name}");
     wait_for(SOON, &format!("CRD {name} to be Established"), || async {
         let crd = get_ok(client, &path).await;

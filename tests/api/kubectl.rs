@@ -33,7 +33,8 @@ spec:
         image: nginx:1.27
 ";
 
-fn kubectl_installed() -> bool {
+/// Whether kubectl runs here (tests that need it skip themselves, saying so, when it does not).
+pub(super) fn kubectl_installed() -> bool {
     std::process::Command::new("kubectl")
         .args(["version", "--client"])
         .stdout(Stdio::null())
@@ -42,7 +43,8 @@ fn kubectl_installed() -> bool {
         .is_ok_and(|status| status.success())
 }
 
-fn kubectl(kubeconfig: &Path, ns: &str) -> Command {
+/// kubectl against `kubeconfig`, in namespace `ns`, with a bounded request timeout.
+pub(super) fn kubectl(kubeconfig: &Path, ns: &str) -> Command {
     let mut command = Command::new("kubectl");
     command
         .arg("--kubeconfig")
@@ -53,7 +55,7 @@ fn kubectl(kubeconfig: &Path, ns: &str) -> Command {
 }
 
 /// Runs kubectl to completion; returns (success, stdout, stderr).
-async fn run(mut command: Command, stdin: Option<&str>) -> (bool, String, String) {
+pub(super) async fn run(mut command: Command, stdin: Option<&str>) -> (bool, String, String) {
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

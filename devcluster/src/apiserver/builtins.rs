@@ -427,6 +427,85 @@ pub fn builtins() -> Vec<ResourceInfo> {
             "events.k8s.io/events"
         )
         .with(|r| r.name_rule = NameRule::PathSegment),
+        // policy/v1
+        spec!(
+            "policy",
+            "poddisruptionbudgets",
+            "poddisruptionbudget",
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+            false,
+            "poddisruptionbudgets"
+        )
+        .with(|r| {
+            r.subresources = status();
+            r.prepare_create = d::pdb_create;
+            r.generation = Generation::Spec;
+        }),
+        // rbac.authorization.k8s.io/v1 (stored only: devcluster does no authorization)
+        spec!(
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            "clusterrolebinding",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            false,
+            "clusterrolebindings"
+        )
+        .with(|r| {
+            r.defaulter = d::role_binding;
+            r.name_rule = NameRule::PathSegment;
+        }),
+        spec!(
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            "clusterrole",
+            "ClusterRole",
+            false,
+            &[],
+            false,
+            "clusterroles"
+        )
+        .with(|r| r.name_rule = NameRule::PathSegment),
+        spec!(
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            "rolebinding",
+            "RoleBinding",
+            true,
+            &[],
+            false,
+            "rolebindings"
+        )
+        .with(|r| {
+            r.defaulter = d::role_binding;
+            r.name_rule = NameRule::PathSegment;
+        }),
+        spec!(
+            "rbac.authorization.k8s.io",
+            "roles",
+            "role",
+            "Role",
+            true,
+            &[],
+            false,
+            "roles"
+        )
+        .with(|r| r.name_rule = NameRule::PathSegment),
+        // scheduling.k8s.io/v1
+        spec!(
+            "scheduling.k8s.io",
+            "priorityclasses",
+            "priorityclass",
+            "PriorityClass",
+            false,
+            &["pc"],
+            false,
+            "priorityclasses"
+        )
+        .with(|r| r.defaulter = d::priority_class),
         // apiextensions.k8s.io/v1
         spec!(
             "apiextensions.k8s.io",

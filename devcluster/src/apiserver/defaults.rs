@@ -26,6 +26,17 @@ fn child_if<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<
     m.get_mut(key).and_then(Value::as_object_mut)
 }
 
+/// A nested ObjectMeta (pod template, job template, claim template): drops `creationTimestamp: null`,
+/// which Go clients such as kubectl 1.32 write for a zero time and kube-apiserver v1.36 does not keep,
+/// so a template stores the same whether it came as JSON or as protobuf (which has no null).
+fn nested_meta(parent: &mut Map<String, Value>) {
+    if let Some(meta) = child_if(parent, "metadata")
+        && meta.get("creationTimestamp") == Some(&Value::Null)
+    {
+        meta.remove("creationTimestamp");
+    }
+}
+
 /// Kinds with nothing to default.
 pub fn nothing(_: &mut Value) {}
 
@@ -81,6 +92,11 @@ fn pod_spec(spec: &mut Map<String, Value>) {
     dflt(spec, "schedulerName", json!("default-scheduler"));
     if let Some(vols) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
         for v in vols.iter_mut().filter_map(Value::as_object_mut) {
+            if let Some(claim) =
+                child_if(v, "ephemeral").and_then(|e| child_if(e, "volumeClaimTemplate"))
+            {
+                nested_meta(claim);
+            }
             for (kind, mode_key) in [
                 ("configMap", "defaultMode"),
                 ("secret", "defaultMode"),
@@ -96,6 +112,7 @@ fn pod_spec(spec: &mut Map<String, Value>) {
 
 fn template(spec: &mut Map<String, Value>) {
     let t = child(spec, "template");
+    nested_meta(t);
     if let Some(ps) = child_if(t, "spec") {
         pod_spec(ps);
     }
@@ -390,6 +407,15 @@ pub fn statefulset(v: &mut Value) {
         dflt(child(strategy, "rollingUpdate"), "partition", json!(0));
     }
     dflt(spec, "revisionHistoryLimit", json!(10));
+    if let Some(claims) = spec
+        .get_mut("volumeClaimTemplates")
+        .and_then(Value::as_array_mut)
+    {
+        claims
+            .iter_mut()
+            .filter_map(Value::as_object_mut)
+            .for_each(nested_meta);
+    }
     let retention = child(spec, "persistentVolumeClaimRetentionPolicy");
     dflt(retention, "whenDeleted", json!("Retain"));
     dflt(retention, "whenScaled", json!("Retain"));
@@ -476,9 +502,11 @@ pub fn cronjob(v: &mut Value) {
     dflt(spec, "successfulJobsHistoryLimit", json!(3));
     dflt(spec, "failedJobsHistoryLimit", json!(1));
     let jt = child(spec, "jobTemplate");
+    nested_meta(jt);
     dflt(jt, "metadata", json!({}));
     let js = child(jt, "spec");
     let t = child(js, "template");
+    nested_meta(t);
     dflt(t, "metadata", json!({}));
     if let Some(ps) = child_if(t, "spec") {
         pod_spec(ps);
@@ -549,6 +577,47 @@ pub fn crd_create(v: &mut Value) {
     }
 }
 
+/// PriorityClass defaults (the `NonPreemptingPriority` behaviour, on by default upstream).
+pub fn priority_class(v: &mut Value) {
+    if let Some(m) = obj(v) {
+        dflt(m, "preemptionPolicy", json!("PreemptLowerPriority"));
+    }
+}
+
+/// RoleBinding / ClusterRoleBinding defaults: users and groups belong to the RBAC API group, service
+/// accounts to the core group.
+pub fn role_binding(v: &mut Value) {
+    let Some(m) = obj(v) else { return };
+    if let Some(role_ref) = child_if(m, "roleRef") {
+        dflt(role_ref, "apiGroup", json!("rbac.authorization.k8s.io"));
+    }
+    if let Some(subjects) = m.get_mut("subjects").and_then(Value::as_array_mut) {
+        for s in subjects.iter_mut().filter_map(Value::as_object_mut) {
+            let group = match s.get("kind").and_then(Value::as_str) {
+                Some("User" | "Group") => "rbac.authorization.k8s.io",
+                _ => "",
+            };
+            if s.get("apiGroup")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+                && !group.is_empty()
+            {
+                s.insert("apiGroup".into(), json!(group));
+            }
+        }
+    }
+}
+
+/// PodDisruptionBudget create: the zero status (its counters are not `omitempty` upstream).
+pub fn pdb_create(v: &mut Value) {
+    if let Some(m) = obj(v) {
+        m.insert(
+            "status".into(),
+            json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}),
+        );
+    }
+}
+
 /// Custom resources with a status subresource: status is dropped on create.
 pub fn drop_status(v: &mut Value) {
     if let Some(m) = obj(v) {
@@ -559,6 +628,39 @@ pub fn drop_status(v: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_s_null_creation_timestamp_is_dropped_as_upstream_does() {
+        let mut d = json!({"spec": {"template": {"metadata": {"creationTimestamp": null, "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+        deployment(&mut d);
+        assert_eq!(
+            d["spec"]["template"]["metadata"],
+            json!({"labels": {"a": "b"}})
+        );
+        let mut cj = json!({"spec": {"jobTemplate": {"metadata": {"creationTimestamp": null},
+            "spec": {"template": {"metadata": {"creationTimestamp": null}}}}}});
+        cronjob(&mut cj);
+        assert_eq!(cj["spec"]["jobTemplate"]["metadata"], json!({}));
+        assert_eq!(
+            cj["spec"]["jobTemplate"]["spec"]["template"]["metadata"],
+            json!({})
+        );
+    }
+
+    #[test]
+    fn binding_subjects_get_the_rbac_group_for_users_and_groups_only() {
+        let mut rb = json!({"roleRef": {"kind": "Role", "name": "r"}, "subjects": [
+            {"kind": "User", "name": "alice"},
+            {"kind": "Group", "name": "devs", "apiGroup": ""},
+            {"kind": "ServiceAccount", "name": "robot", "namespace": "ns"},
+        ]});
+        role_binding(&mut rb);
+        assert_eq!(rb["roleRef"]["apiGroup"], "rbac.authorization.k8s.io");
+        assert_eq!(rb["subjects"][0]["apiGroup"], "rbac.authorization.k8s.io");
+        assert_eq!(rb["subjects"][1]["apiGroup"], "rbac.authorization.k8s.io");
+        assert!(rb["subjects"][2].get("apiGroup").is_none());
+    }
     use crate::apiserver::builtins::builtins;
 
     fn fixture(name: &str) -> Option<Value> {

@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use super::discovery;
 use super::managed_fields;
 use super::objects::{self, DeleteOptions, Part, PatchKind, Target};
+use super::protobuf;
 use super::query::Query;
+use super::registry::ResourceInfo;
 use super::render::Render;
 use super::state::ApiState;
 use super::status::ApiError;
@@ -49,6 +51,34 @@ async fn read_body(body: Body) -> Result<Vec<u8>, ApiError> {
         Ok(b) => Ok(b.to_vec()),
         Err(_) => Err(ApiError::too_large(MAX_BODY)),
     }
+}
+
+/// The body of a POST or PUT of a whole object, as JSON: a JSON body as sent, a protobuf body of a
+/// built-in kind decoded into the JSON it stands for (so both take the same path from here on).
+///
+/// # Errors
+/// 415 for any other content type (and for protobuf aimed at a custom resource, which has no protobuf
+/// form), 413 for a body above [`MAX_BODY`], 400 for a protobuf body that does not decode.
+async fn object_body(
+    info: &ResourceInfo,
+    content_type: &str,
+    body: Body,
+) -> Result<Vec<u8>, ApiError> {
+    if content_type == protobuf::MEDIA_TYPE && !info.custom {
+        let bytes = read_body(body).await?;
+        return protobuf::to_json(&bytes, &info.api_version(), &info.kind).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the object provided is unrecognized (must be of type {}): {e}",
+                info.kind
+            ))
+        });
+    }
+    let json =
+        content_type.is_empty() || content_type == "application/json" || content_type == "*/*";
+    if !json {
+        return Err(ApiError::unsupported_body(info.custom));
+    }
+    read_body(body).await
 }
 
 fn aggregated_wanted(accept: Option<&str>) -> bool {
@@ -200,6 +230,10 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
             [res, n, s] => (None, *res, Some((*n).to_string()), Some((*s).to_string())),
             _ => return Err(ApiError::resource_not_found()),
         };
+    // Like upstream, the response format is settled before anything is done.
+    if Render::only_protobuf(accept.as_deref()) {
+        return Err(ApiError::not_acceptable());
+    }
     if group.is_empty()
         && resource == "bindings"
         && namespace.is_some()
@@ -269,7 +303,6 @@ async fn resource_op(
     body: Body,
 ) -> Result<Response, ApiError> {
     let info = t.info.clone();
-    let json_body = |ct: &str| ct.is_empty() || ct == "application/json" || ct == "*/*";
     let content_type = content_type.to_string();
     match (t.name.is_some(), sub.as_deref(), &method) {
         (false, None, &Method::GET) => {
@@ -280,10 +313,7 @@ async fn resource_op(
             Ok(json_response(StatusCode::OK, &render.list(&info, list)))
         }
         (false, None, &Method::POST) => {
-            if !json_body(&content_type) {
-                return Err(ApiError::unsupported_body());
-            }
-            let bytes = read_body(body).await?;
+            let bytes = object_body(&info, &content_type, body).await?;
             if t.namespace.is_none() && info.namespaced {
                 return Err(ApiError::method_not_allowed());
             }
@@ -314,10 +344,7 @@ async fn resource_op(
                 Some("finalize") if info.subresources.finalize => Part::Finalize,
                 _ => return Err(ApiError::resource_not_found()),
             };
-            if !json_body(&content_type) {
-                return Err(ApiError::unsupported_body());
-            }
-            let bytes = read_body(body).await?;
+            let bytes = object_body(&info, &content_type, body).await?;
             let v = objects::update(st, t, part, &bytes).await?;
             Ok(json_response(StatusCode::OK, &render.object(&info, &v)))
         }

@@ -11,11 +11,16 @@
 //! * `watch_cache` — ONE etcd watch on `/registry/` into a ring buffer fanned out to every HTTP watcher.
 //! * `objects` — the generic verbs (create, get, list, update, patch, delete, deletecollection, scale,
 //!   binding) with preconditions, finalizers, generation, managedFields.
-//! * `http` / `watch` / `discovery` / `render` — the thin HTTP layer.
+//! * `http` / `watch` / `discovery` / `render` — the thin HTTP layer; `protobuf` turns protobuf request
+//!   bodies into JSON at its edge.
 //!
 //! # Differences from upstream (on purpose)
-//! * No authentication or authorization; plain HTTP. JSON only: clients asking for protobuf get JSON; YAML
-//!   request bodies are accepted only for apply patches (a small YAML subset, see `yaml`).
+//! * No authentication or authorization; plain HTTP; RBAC objects are only stored. Responses are JSON only:
+//!   clients that also accept JSON (kubectl sends `application/vnd.kubernetes.protobuf,application/json`)
+//!   get JSON, clients that accept only protobuf get 406. Request bodies may be JSON or, for every
+//!   built-in kind, protobuf (`protobuf`: decoded into the JSON the same object would have had, then
+//!   taken down the one JSON path); YAML request bodies are accepted only for apply patches (a small
+//!   YAML subset, see `yaml`).
 //! * Discovery: both the legacy documents and aggregated discovery (apidiscovery.k8s.io/v2, served when the
 //!   first Accept alternative asks for `as=APIGroupDiscoveryList`, which is what kubectl does) are served.
 //!   Only the kinds devcluster implements are listed. No OpenAPI documents (`/openapi/*` is 404, kubectl
@@ -47,8 +52,9 @@
 //!   is 404.
 //! * At start the system namespaces (default, kube-system, kube-public, kube-node-lease) are created if
 //!   missing; the `kubernetes` Service is not.
-//! * kubectl's typed generators (`kubectl create namespace`, `kubectl create deployment`, ...) send
-//!   protobuf bodies, which devcluster cannot decode (415); `kubectl apply/create -f` send JSON and work.
+//! * Protobuf bodies are decoded with kube-rs's k8s-pb types; which Go fields are pointers (so that a
+//!   zero on the wire means zero, not "unset") is a hand-kept list in `protobuf/messages.rs`. Custom
+//!   resources have no protobuf form (415, like upstream).
 //! * ResourceQuota enforces pod counts only (`spec.hard.pods` / `count/pods`), counting the namespace's
 //!   pods live at admission rather than charging `status.used`, so a new quota admits pods at once
 //!   (upstream waits for the quota controller's first status). `status.hard` and `status.used` (pod counts
@@ -71,6 +77,7 @@ mod meta;
 mod objects;
 mod openapi;
 mod patch;
+mod protobuf;
 mod query;
 mod quota;
 mod registry;

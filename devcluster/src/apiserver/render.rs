@@ -18,7 +18,8 @@ pub enum Render {
 }
 
 impl Render {
-    /// Picks the first supported alternative of an Accept header (JSON always works; protobuf is answered with JSON).
+    /// Picks the first supported alternative of an Accept header (JSON always works; protobuf is answered
+    /// with JSON when JSON is acceptable too, see [`Render::only_protobuf`]).
     pub fn from_accept(accept: Option<&str>) -> Self {
         for alt in accept.unwrap_or("").split(',') {
             let alt = alt.replace(' ', "");
@@ -36,6 +37,21 @@ impl Render {
             }
         }
         Render::Full
+    }
+
+    /// True when every alternative of the Accept header is protobuf (with or without parameters such
+    /// as `;stream=watch` or `;as=Table`): devcluster writes JSON only, so such a request gets 406.
+    /// No header, `*/*`, or any JSON alternative (kubectl sends
+    /// `application/vnd.kubernetes.protobuf,application/json`) is answered in JSON.
+    pub fn only_protobuf(accept: Option<&str>) -> bool {
+        let mut alternatives = accept
+            .unwrap_or("")
+            .split(',')
+            .map(|alt| alt.split(';').next().unwrap_or("").trim())
+            .filter(|media| !media.is_empty())
+            .peekable();
+        alternatives.peek().is_some()
+            && alternatives.all(|media| media.eq_ignore_ascii_case(super::protobuf::MEDIA_TYPE))
     }
 
     /// Renders one object (GET, watch events).
@@ -283,4 +299,27 @@ fn table(info: &ResourceInfo, items: &[Value], metadata: Value) -> Value {
         })
         .collect();
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": defs, "rows": rows})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_accept_header_without_any_json_alternative_is_protobuf_only() {
+        let p = "application/vnd.kubernetes.protobuf";
+        assert!(Render::only_protobuf(Some(p)));
+        assert!(Render::only_protobuf(Some(
+            "application/vnd.kubernetes.protobuf;stream=watch"
+        )));
+        assert!(!Render::only_protobuf(Some(
+            "application/vnd.kubernetes.protobuf,application/json"
+        )));
+        assert!(!Render::only_protobuf(Some(
+            "application/vnd.kubernetes.protobuf, */*"
+        )));
+        assert!(!Render::only_protobuf(Some("application/json")));
+        assert!(!Render::only_protobuf(None));
+        assert!(!Render::only_protobuf(Some("")));
+    }
 }

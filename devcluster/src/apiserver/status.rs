@@ -307,12 +307,30 @@ impl ApiError {
         )
     }
 
-    /// 415 for a POST/PUT body in an unknown format.
-    pub fn unsupported_body() -> Self {
+    /// 415 for a POST/PUT body in an unknown format. Custom resources have no protobuf form, so
+    /// their message (like upstream's) does not offer it.
+    pub fn unsupported_body(custom: bool) -> Self {
+        let accepted = if custom {
+            "application/json, application/yaml"
+        } else {
+            "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+        };
         Self::new(
             415,
             "UnsupportedMediaType",
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
+            ),
+            None,
+        )
+    }
+
+    /// 406 when the Accept header allows nothing devcluster writes (it answers in JSON only).
+    pub fn not_acceptable() -> Self {
+        Self::new(
+            406,
+            "NotAcceptable",
+            "only the following media types are accepted: application/json",
             None,
         )
     }
