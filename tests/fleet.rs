@@ -12,12 +12,15 @@ pub mod support;
 mod fleet {
     pub mod common;
     pub mod journal;
+    pub mod peer;
 
     mod bad_input;
     mod exclusivity;
     mod failover;
     mod greeting;
+    mod hostile_peers;
     mod read_your_writes;
     mod rebalance;
+    mod term_failures;
     mod worker_loss;
 }

@@ -65,9 +65,22 @@ impl ResourceKind {
     /// A message naming the missing part.
     pub fn validate(&self) -> Result<(), String> {
         if self.version.is_empty() || self.kind.is_empty() || self.plural.is_empty() {
-            return Err(format!(
-                "resource kind {self} lacks a version, kind or plural"
-            ));
+            return Err("resource kind lacks a version, kind or plural".into());
+        }
+        // Kinds become etcd keys, metric labels and URL paths: bounded as Kubernetes bounds them
+        // (a group is a DNS subdomain, the rest are at most 63 characters), and never with a '/'.
+        let too_long = self.group.len() > 253
+            || self.version.len() > 63
+            || self.kind.len() > 63
+            || self.plural.len() > 63;
+        let slash = [&self.group, &self.version, &self.kind, &self.plural]
+            .iter()
+            .any(|p| p.contains('/'));
+        if too_long || slash {
+            return Err(
+                "resource kind has a part that is too long (group 253, others 63 characters) or contains '/'"
+                    .into(),
+            );
         }
         Ok(())
     }

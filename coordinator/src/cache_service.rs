@@ -1,10 +1,16 @@
-//! The `Cache` gRPC service: the workers' lister, answered from the coordinator's informer cache.
+//! The `Cache` gRPC service: the workers' lister, answered from the leader's informer cache, only to the
+//! fleet's live workers and only for the kinds its controllers declared.
 
-use flotilla_common::{LabelSelector, ResourceKind, SelectorError};
+use std::sync::Arc;
+
+use flotilla_common::{LabelSelector, ResourceKind, SelectorError, Verdict};
 use flotilla_proto as proto;
 use flotilla_proto::cache_server::{Cache, CacheServer};
 use tonic::{Request, Response, Status};
+use tracing::warn;
 
+use crate::fleet::{AccessDenied, CacheAccess};
+use crate::metrics::FleetMetrics;
 use crate::{Informers, Store};
 
 /// Why a Cache request was refused; mapped to a gRPC status at the edge.
@@ -18,6 +24,16 @@ enum CacheServiceError {
     MissingName,
     #[error("informer for {0} not synced yet")]
     NotSynced(ResourceKind),
+    #[error("this coordinator does not lead; ask the leader")]
+    NotLeader,
+    #[error(
+        "cache requests must carry {} and {} metadata",
+        proto::WORKER_ID_METADATA,
+        proto::LEASE_ID_METADATA
+    )]
+    NoIdentity,
+    #[error(transparent)]
+    Denied(#[from] AccessDenied),
     #[error("unknown index {0:?}: expected \"namespace\", \"owner-uid\" or \"node-name\"")]
     UnknownIndex(String),
     #[error("invalid label_selector: {0}")]
@@ -41,46 +57,105 @@ impl From<CacheServiceError> for Status {
             | CacheServiceError::MissingName
             | CacheServiceError::UnknownIndex(_)
             | CacheServiceError::BadSelector(_) => Status::invalid_argument(message),
-            CacheServiceError::NotSynced(_) => Status::unavailable(message),
+            CacheServiceError::NotSynced(_) | CacheServiceError::NotLeader => {
+                Status::unavailable(message)
+            }
+            CacheServiceError::NoIdentity => Status::unauthenticated(message),
+            CacheServiceError::Denied(_) => Status::permission_denied(message),
             CacheServiceError::TooLarge { .. } => Status::resource_exhausted(message),
         }
     }
 }
 
+/// Where the service finds the current term's access view (`None` while this process does not lead).
+pub type AccessSource = Arc<dyn Fn() -> Option<CacheAccess> + Send + Sync>;
+
 /// The `Cache` service over the process's [`Informers`]. Build it with [`cache_service`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CacheService {
     informers: Informers,
+    access: AccessSource,
+    metrics: FleetMetrics,
 }
 
 /// The `Cache` gRPC server over `informers`, accepting and sending messages up to
 /// [`flotilla_proto::MAX_MESSAGE_BYTES`].
 ///
-/// A request for a kind no informer watches yet starts that informer and is answered
-/// `Unavailable` until it has synced; the worker retries. Malformed requests are
-/// `InvalidArgument`, a list too large for one message `ResourceExhausted`.
-pub fn cache_service(informers: Informers) -> CacheServer<CacheService> {
-    CacheServer::new(CacheService { informers })
-        .max_decoding_message_size(proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(proto::MAX_MESSAGE_BYTES)
+/// A request is answered only while `access` gives a view (this process leads), only for a worker
+/// the view lists on the lease the request's metadata names, and only for a kind it lists; otherwise
+/// `Unavailable`, `Unauthenticated` or `PermissionDenied`, counted in `flotilla_bad_input_total`. A
+/// request never starts an informer; a declared kind not yet synced is `Unavailable` and the worker
+/// retries. Malformed requests are `InvalidArgument`, a list too large for one message
+/// `ResourceExhausted`.
+pub fn cache_service(
+    informers: Informers,
+    access: AccessSource,
+    metrics: FleetMetrics,
+) -> CacheServer<CacheService> {
+    CacheServer::new(CacheService {
+        informers,
+        access,
+        metrics,
+    })
+    .max_decoding_message_size(proto::MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(proto::MAX_MESSAGE_BYTES)
+}
+
+/// The caller's worker id and lease from the request's metadata.
+fn identity(metadata: &tonic::metadata::MetadataMap) -> Option<(String, i64)> {
+    let worker = metadata.get(proto::WORKER_ID_METADATA)?.to_str().ok()?;
+    let lease = metadata
+        .get(proto::LEASE_ID_METADATA)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    Some((worker.to_owned(), lease))
 }
 
 impl CacheService {
-    /// The synced store of the request's kind, starting its informer if needed.
+    /// The synced store of the request's kind, if the caller may read it.
     fn synced_store(
         &self,
+        metadata: &tonic::metadata::MetadataMap,
         kind: Option<proto::ResourceKind>,
     ) -> Result<(ResourceKind, Store), CacheServiceError> {
+        let checked = self.authorize(metadata, kind);
+        if let Err(err) = &checked {
+            let reason = match err {
+                CacheServiceError::NoIdentity => Some("cache_no_identity"),
+                CacheServiceError::Denied(AccessDenied::UnknownWorker { .. }) => {
+                    Some("cache_unregistered_worker")
+                }
+                CacheServiceError::Denied(AccessDenied::UndeclaredKind(_)) => {
+                    Some("cache_undeclared_kind")
+                }
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                let peer = identity(metadata).map_or_else(|| "anonymous".to_owned(), |(w, _)| w);
+                if let Verdict::Log { suppressed } = self.metrics.refused(&peer, reason) {
+                    warn!(peer, reason, suppressed, error = %err, "refusing a cache request");
+                }
+            }
+        }
+        checked
+    }
+
+    fn authorize(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        kind: Option<proto::ResourceKind>,
+    ) -> Result<(ResourceKind, Store), CacheServiceError> {
+        let access = (self.access)().ok_or(CacheServiceError::NotLeader)?;
+        let (worker, lease) = identity(metadata).ok_or(CacheServiceError::NoIdentity)?;
         let kind = ResourceKind::from(kind.ok_or(CacheServiceError::MissingKind)?);
         kind.validate().map_err(CacheServiceError::InvalidKind)?;
-        let Some(store) = self.informers.store(&kind) else {
-            self.informers.ensure(&kind);
-            return Err(CacheServiceError::NotSynced(kind));
-        };
-        if !self.informers.is_synced(&kind) {
-            return Err(CacheServiceError::NotSynced(kind));
+        access.check(&worker, lease, &kind)?;
+        match self.informers.store(&kind) {
+            Some(store) if self.informers.is_synced(&kind) => Ok((kind, store)),
+            _ => Err(CacheServiceError::NotSynced(kind)),
         }
-        Ok((kind, store))
     }
 }
 
@@ -90,8 +165,8 @@ impl Cache for CacheService {
         &self,
         request: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
-        let request = request.into_inner();
-        let (kind, store) = self.synced_store(request.kind)?;
+        let (metadata, _, request) = request.into_parts();
+        let (kind, store) = self.synced_store(&metadata, request.kind)?;
         if request.name.is_empty() {
             return Err(CacheServiceError::MissingName.into());
         }
@@ -106,8 +181,8 @@ impl Cache for CacheService {
         &self,
         request: Request<proto::ListRequest>,
     ) -> Result<Response<proto::ListResponse>, Status> {
-        let request = request.into_inner();
-        let (kind, store) = self.synced_store(request.kind.clone())?;
+        let (metadata, _, request) = request.into_parts();
+        let (kind, store) = self.synced_store(&metadata, request.kind.clone())?;
         Ok(Response::new(list(&kind, &store, &request)?))
     }
 }
@@ -256,39 +331,128 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn a_request_for_a_kind_not_watched_yet_starts_its_informer_and_is_unavailable() {
-        let informers = unreachable_informers();
+    fn secrets() -> ResourceKind {
+        ResourceKind::new("", "v1", "Secret", "secrets", true)
+    }
+
+    /// A service whose access view lists worker `w0` on lease 7 and the kind pods.
+    fn service(informers: &Informers) -> (CacheService, FleetMetrics) {
+        let access = CacheAccess::default();
+        access.publish(
+            std::collections::HashMap::from([("w0".to_owned(), 7)]),
+            std::collections::HashSet::from([pods()]),
+        );
+        let metrics = FleetMetrics::default();
         let service = CacheService {
             informers: informers.clone(),
+            access: Arc::new(move || Some(access.clone())),
+            metrics: metrics.clone(),
         };
-        let get = proto::GetRequest {
-            kind: Some((&pods()).into()),
+        (service, metrics)
+    }
+
+    fn as_worker<T>(message: T, worker: &str, lease: &str) -> Request<T> {
+        let mut request = Request::new(message);
+        let metadata = request.metadata_mut();
+        metadata.insert(proto::WORKER_ID_METADATA, worker.parse().unwrap());
+        metadata.insert(proto::LEASE_ID_METADATA, lease.parse().unwrap());
+        request
+    }
+
+    fn get(kind: &ResourceKind) -> proto::GetRequest {
+        proto::GetRequest {
+            kind: Some(kind.into()),
             namespace: "a".into(),
             name: "p".into(),
-        };
-        let status = service.get(Request::new(get.clone())).await.unwrap_err();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_declared_kind_not_synced_is_unavailable_and_a_request_never_starts_an_informer() {
+        let informers = unreachable_informers();
+        let (service, _) = service(&informers);
+        let status = service
+            .get(as_worker(get(&pods()), "w0", "7"))
+            .await
+            .unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unavailable);
         assert_eq!(status.message(), "informer for v1/pods not synced yet");
         assert!(
-            informers.store(&pods()).is_some(),
-            "the informer was not started"
+            informers.kinds().is_empty(),
+            "a cache request must not start an informer"
         );
-        let status = service.get(Request::new(get)).await.unwrap_err();
-        assert_eq!(
-            status.code(),
-            tonic::Code::Unavailable,
-            "an unsynced informer must not answer"
+        informers.shutdown();
+    }
+
+    #[tokio::test]
+    async fn strangers_unknown_leases_and_undeclared_kinds_are_refused_and_counted() {
+        let informers = unreachable_informers();
+        let (service, metrics) = service(&informers);
+        let cases = [
+            (Request::new(get(&pods())), tonic::Code::Unauthenticated),
+            (
+                as_worker(get(&pods()), "ghost", "7"),
+                tonic::Code::PermissionDenied,
+            ),
+            (
+                as_worker(get(&pods()), "w0", "8"),
+                tonic::Code::PermissionDenied,
+            ),
+            (
+                as_worker(get(&secrets()), "w0", "7"),
+                tonic::Code::PermissionDenied,
+            ),
+        ];
+        for (request, code) in cases {
+            let status = service.get(request).await.unwrap_err();
+            assert_eq!(status.code(), code, "{}", status.message());
+        }
+        let list = proto::ListRequest {
+            kind: Some((&secrets()).into()),
+            ..Default::default()
+        };
+        let status = service.list(as_worker(list, "w0", "7")).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::PermissionDenied);
+        assert!(
+            status.message().contains("v1/secrets"),
+            "{}",
+            status.message()
         );
+        let counted = |reason: &str| {
+            metrics
+                .bad_input
+                .get_or_create(&crate::metrics::ReasonLabel {
+                    reason: reason.into(),
+                })
+                .get()
+        };
+        assert_eq!(counted("cache_no_identity"), 1);
+        assert_eq!(counted("cache_unregistered_worker"), 2);
+        assert_eq!(counted("cache_undeclared_kind"), 2);
+        assert!(informers.kinds().is_empty());
+        informers.shutdown();
+    }
+
+    #[tokio::test]
+    async fn a_coordinator_that_does_not_lead_answers_nothing() {
+        let informers = unreachable_informers();
+        let service = CacheService {
+            informers: informers.clone(),
+            access: Arc::new(|| None),
+            metrics: FleetMetrics::default(),
+        };
+        let status = service
+            .get(as_worker(get(&pods()), "w0", "7"))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
         informers.shutdown();
     }
 
     #[tokio::test]
     async fn malformed_kinds_are_invalid_arguments() {
         let informers = unreachable_informers();
-        let service = CacheService {
-            informers: informers.clone(),
-        };
+        let (service, _) = service(&informers);
         for kind in [
             None,
             Some(proto::ResourceKind {
@@ -300,7 +464,7 @@ mod tests {
                 kind,
                 ..Default::default()
             };
-            let status = service.list(Request::new(list)).await.unwrap_err();
+            let status = service.list(as_worker(list, "w0", "7")).await.unwrap_err();
             assert_eq!(
                 status.code(),
                 tonic::Code::InvalidArgument,

@@ -41,6 +41,17 @@ pub struct CoordinatorConfig {
     pub expectations_timeout: Duration,
     /// A new stream must say Hello within this, or it is dropped. Default 10 s.
     pub hello_timeout: Duration,
+    /// `--max-controller-concurrency`: the most a worker may advertise for one controller; a Hello
+    /// above it is refused. Default 10,000 (see `fleet::Limits`).
+    pub max_controller_concurrency: u32,
+    /// `--controller-retire-after`: a controller no live worker has run for this long is retired (its
+    /// queue dropped, its spec deleted, its informers stopped unless another controller needs them).
+    /// Default 10 min: longer than any rolling update of the workers, short enough that a controller
+    /// a stray worker declared does not linger.
+    pub controller_retire_after: Duration,
+    /// `--unserved-kind-timeout`: an informer whose kind answers only 404 for this long stops and is
+    /// reported in status. Default 1 min: time for a CRD applied with the fleet to be established.
+    pub unserved_kind_timeout: Duration,
 }
 
 impl CoordinatorConfig {
@@ -62,6 +73,9 @@ impl CoordinatorConfig {
             worker_reconnect_grace: Duration::from_secs(10),
             expectations_timeout: Duration::from_secs(300),
             hello_timeout: Duration::from_secs(10),
+            max_controller_concurrency: 10_000,
+            controller_retire_after: Duration::from_secs(600),
+            unserved_kind_timeout: Duration::from_secs(60),
         }
     }
 
@@ -97,6 +111,19 @@ impl CoordinatorConfig {
         }
         if self.etcd_endpoints.is_empty() {
             return Err(ConfigError("--etcd-endpoints is required".into()));
+        }
+        if self.max_controller_concurrency == 0 || self.max_controller_concurrency > 1_000_000 {
+            return Err(ConfigError(format!(
+                "--max-controller-concurrency must be in 1..=1000000, not {}",
+                self.max_controller_concurrency
+            )));
+        }
+        if self.controller_retire_after < Duration::from_secs(1)
+            || self.unserved_kind_timeout < Duration::from_secs(1)
+        {
+            return Err(ConfigError(
+                "--controller-retire-after and --unserved-kind-timeout must be at least 1s".into(),
+            ));
         }
         Ok(())
     }

@@ -15,15 +15,15 @@ use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::admin_service::AdminService;
 use crate::config::CoordinatorConfig;
 use crate::dispatch_service::DispatchService;
-use crate::fleet::{self, Command, DispatcherHandle, TermContext};
+use crate::fleet::{self, CacheAccess, Command, DispatcherHandle, Limits, TermContext};
 use crate::informer::{Informers, deletable_resources};
 use crate::leader_slot::LeaderSlot;
-use crate::metrics::FleetMetrics;
+use crate::metrics::{FleetMetrics, ReasonLabel};
 use crate::queue::QueueMetricsFamilies;
 
 /// Errors of starting a coordinator.
@@ -65,6 +65,9 @@ pub struct Coordinator {
     slot: LeaderSlot,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    /// Cancelled when the leadership loop stopped without being asked to; `failure` says why.
+    failed: CancellationToken,
+    failure: Arc<Mutex<Option<String>>>,
 }
 
 impl Coordinator {
@@ -107,7 +110,8 @@ impl Coordinator {
         let mut registry = Registry::default();
         let metrics = FleetMetrics::register(&mut registry);
         let queue_metrics = QueueMetricsFamilies::register(&mut registry);
-        let informers = Informers::new(kube, &mut registry);
+        let informers =
+            Informers::with_unserved_after(kube, &mut registry, config.unserved_kind_timeout);
         let registry = Arc::new(Mutex::new(registry));
         let health = Health::new();
         let stop = CancellationToken::new();
@@ -125,10 +129,24 @@ impl Coordinator {
             .http2_keepalive_timeout(Some(Duration::from_secs(5)))
             .tcp_nodelay(true)
             .add_service(
-                DispatchService::new(slot.clone(), metrics.clone(), config.hello_timeout)
-                    .into_server(),
+                DispatchService::new(
+                    slot.clone(),
+                    metrics.clone(),
+                    config.hello_timeout,
+                    Limits {
+                        max_concurrency: config.max_controller_concurrency,
+                    },
+                )
+                .into_server(),
             )
-            .add_service(crate::cache_service(informers.clone()))
+            .add_service({
+                let slot = slot.clone();
+                crate::cache_service(
+                    informers.clone(),
+                    Arc::new(move || slot.cache_access()),
+                    metrics.clone(),
+                )
+            })
             .add_service(AdminService::new(slot.clone()).into_server());
         let serve_stop = stop.clone();
         let grpc = tokio::spawn(
@@ -156,11 +174,21 @@ impl Coordinator {
         if config.hot_standby {
             tasks.push(tokio::spawn(process.clone().warm_informers(stop.clone())));
         }
-        tasks.push(tokio::spawn(
+        let lead = tokio::spawn(
             process
+                .clone()
                 .lead(stop.clone())
                 .instrument(info_span!("coordinator", id = %config.id)),
-        ));
+        );
+        let failed = CancellationToken::new();
+        let failure = Arc::new(Mutex::new(None));
+        tasks.push(tokio::spawn(supervise(
+            lead,
+            stop.clone(),
+            process.health.clone(),
+            failed.clone(),
+            failure.clone(),
+        )));
         info!(%addr, metrics = %ops.addr(), advertise = %config.advertise_address(), "coordinator started");
         Ok(Self {
             addr,
@@ -168,7 +196,23 @@ impl Coordinator {
             slot,
             stop,
             tasks,
+            failed,
+            failure,
         })
+    }
+
+    /// Resolves when the leadership loop has stopped on its own (a panic, or an end nobody asked for),
+    /// with why. The process can then neither lead nor follow: `/healthz` already fails, and the caller
+    /// should exit non-zero so its supervisor restarts it. Never resolves while the loop runs.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn failed(&self) -> String {
+        self.failed.cancelled().await;
+        self.failure
+            .lock()
+            .clone()
+            .unwrap_or_else(|| "the leadership loop stopped".into())
     }
 
     /// The gRPC address bound.
@@ -240,12 +284,24 @@ impl Process {
             stop.clone(),
         ));
         while !stop.is_cancelled() {
-            let session = match Session::start(self.etcd.clone(), self.session_config()).await {
-                Ok(session) => session,
-                Err(err) => {
+            // A lease that takes longer than the renew deadline to grant could not be kept anyway; and
+            // a grant sent while etcd restarts may hang for the client's whole request timeout.
+            let started = tokio::time::timeout(
+                self.config.renew_deadline,
+                Session::start(self.etcd.clone(), self.session_config()),
+            )
+            .await;
+            let session = match started {
+                Ok(Ok(session)) => session,
+                Ok(Err(err)) => {
                     warn!(error = %err, "cannot open an etcd session; retrying");
                     self.health.set_ready(false, "no etcd session");
                     pause(&stop, self.config.retry_period).await;
+                    continue;
+                }
+                Err(_) => {
+                    warn!(timeout = ?self.config.renew_deadline, "opening an etcd session timed out; retrying");
+                    self.health.set_ready(false, "no etcd session");
                     continue;
                 }
             };
@@ -262,6 +318,15 @@ impl Process {
                 Ok(elected) => elected,
                 Err(err) => {
                     warn!(error = %err, "campaign failed; retrying");
+                    // The campaign key may be in etcd on this session's lease, ahead of every later
+                    // campaign: left to expire, it would hold the next election up for a lease TTL
+                    // after etcd returns.
+                    tokio::spawn(revoke_when_reachable(
+                        session,
+                        self.config.retry_period,
+                        self.config.lease_duration * 10,
+                        stop.clone(),
+                    ));
                     pause(&stop, self.config.retry_period).await;
                     continue;
                 }
@@ -269,6 +334,7 @@ impl Process {
             let term = elected.term();
             info!(term, "elected leader");
             let term_stop = stop.child_token();
+            let access = CacheAccess::default();
             let ctx = TermContext {
                 config: self.config.clone(),
                 etcd: self.etcd.clone(),
@@ -278,9 +344,10 @@ impl Process {
                 informers: self.informers.clone(),
                 metrics: self.metrics.clone(),
                 queue_metrics: self.queue_metrics.clone(),
+                access: access.clone(),
             };
             let (handle, mut task) = fleet::spawn(ctx, term_stop.clone());
-            self.slot.set_dispatcher(Some(handle));
+            self.slot.set_term(Some((handle, access)));
             self.metrics.is_leader.set(1);
             self.metrics
                 .term
@@ -291,36 +358,79 @@ impl Process {
                 term_stop.clone(),
             ));
             let lost = session.lost();
-            let resign = tokio::select! {
+            // Whether the dispatcher task already finished: a JoinHandle must not be polled again after
+            // it completed (that panics, and a panic here would end the leadership loop for good).
+            let (resign, finished, why) = tokio::select! {
                 biased;
-                () = stop.cancelled() => true,
+                () = stop.cancelled() => (true, false, "shutdown"),
                 () = lost.cancelled() => {
                     warn!(term, "leader lease in doubt; stepping down before it can expire");
-                    false
+                    (false, false, "lease_lost")
                 }
                 ended = &mut task => {
-                    match ended {
-                        Ok(Err(err)) => warn!(term, error = %err, "term ended"),
-                        Ok(Ok(())) => info!(term, "term ended"),
-                        Err(err) => warn!(term, error = %err, "dispatcher task failed"),
-                    }
-                    true
+                    let why = match ended {
+                        Ok(Err(err)) => {
+                            warn!(term, error = %err, "term ended; stepping down and campaigning again");
+                            "error"
+                        }
+                        Ok(Ok(())) => {
+                            info!(term, "term ended");
+                            "ended"
+                        }
+                        Err(err) => {
+                            error!(term, error = %err, "dispatcher task failed; stepping down and campaigning again");
+                            "panic"
+                        }
+                    };
+                    (true, true, why)
                 }
             };
+            self.metrics
+                .terms_ended
+                .get_or_create(&ReasonLabel { reason: why.into() })
+                .inc();
             // Stop dispatching before anyone else can lead: clear the slot, end the term, then resign.
-            self.slot.set_dispatcher(None);
+            self.slot.set_term(None);
+            self.health.set_ready(false, "stepping down");
             term_stop.cancel();
-            let _ = task.await;
+            if !finished && let Err(err) = task.await {
+                error!(term, error = %err, "dispatcher task failed while stopping");
+            }
             let _ = readiness.await;
+            self.health
+                .set_ready(false, "stepped down; campaigning again");
             self.metrics.is_leader.set(0);
             self.metrics.term.set(0);
-            if resign {
-                if let Err(err) = election.resign(&elected).await {
-                    warn!(error = %err, "resign failed; the lease expiry ends the term");
-                }
+            let resigned = match resign {
+                true => match election.resign(&elected).await {
+                    Ok(()) => true,
+                    Err(err) => {
+                        warn!(error = %err, "resign failed; revoking the lease once etcd answers");
+                        false
+                    }
+                },
+                false => false,
+            };
+            if resigned {
                 session.close().await;
+            } else {
+                // The lease is in doubt or the resign failed, most likely because etcd is unreachable.
+                // Dispatching has stopped, so revoking it is safe, and once etcd answers again it frees
+                // the election key at once instead of a lease TTL later (etcd renews every lease when
+                // it restarts).
+                tokio::spawn(revoke_when_reachable(
+                    session,
+                    self.config.retry_period,
+                    self.config.lease_duration * 10,
+                    stop.clone(),
+                ));
             }
             info!(term, "stepped down");
+            // A term that ended on an error would otherwise be retried at once, in a tight loop if the
+            // error persists.
+            if !stop.is_cancelled() {
+                pause(&stop, self.config.retry_period).await;
+            }
         }
         observer.abort();
     }
@@ -365,6 +475,68 @@ impl Process {
     }
 }
 
+/// Waits for the leadership loop. Unless `stop` ended it, the coordinator is useless from then on: it
+/// marks the process unhealthy (so `/healthz` fails and the kubelet restarts it), says why, and cancels
+/// `failed` so the process can exit non-zero.
+async fn supervise(
+    lead: JoinHandle<()>,
+    stop: CancellationToken,
+    health: Health,
+    failed: CancellationToken,
+    failure: Arc<Mutex<Option<String>>>,
+) {
+    let ended = lead.await;
+    if stop.is_cancelled() {
+        return;
+    }
+    let reason = match ended {
+        Ok(()) => "the leadership loop ended on its own".to_owned(),
+        Err(err) => format!("the leadership loop failed: {err}"),
+    };
+    error!(%reason, "this coordinator can neither lead nor follow; exiting so it is restarted");
+    health.set_ready(false, &reason);
+    health.set_unhealthy(&reason);
+    *failure.lock() = Some(reason);
+    failed.cancel();
+}
+
+/// Revokes the lease of a session that ended in doubt (a lost lease, a failed resign or campaign),
+/// retrying every `retry` until etcd answers
+/// (the lease revoked, or already gone), `give_up` has passed (it has expired on its own long since), or
+/// `stop`.
+async fn revoke_when_reachable(
+    session: Session,
+    retry: Duration,
+    give_up: Duration,
+    stop: CancellationToken,
+) {
+    let lease = session.lease_id();
+    let mut etcd = session.client().clone();
+    drop(session);
+    let deadline = tokio::time::Instant::now() + give_up;
+    while tokio::time::Instant::now() < deadline {
+        match etcd.lease_revoke(lease).await {
+            Ok(_) => {
+                info!(
+                    lease = format!("{lease:x}"),
+                    "revoked the lease of the term that ended"
+                );
+                return;
+            }
+            // etcd answered: the lease is already gone.
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.message().contains("not found") =>
+            {
+                return;
+            }
+            Err(_) => {}
+        }
+        if !pause(&stop, retry).await {
+            return;
+        }
+    }
+}
+
 /// Sleeps unless stopped first; false when stopped.
 async fn pause(stop: &CancellationToken, d: Duration) -> bool {
     tokio::select! {
@@ -393,8 +565,13 @@ async fn observe_leader(election: Election, slot: LeaderSlot, stop: Cancellation
 /// A leader is ready once every informer it runs has synced.
 async fn leader_readiness(informers: Informers, health: Health, stop: CancellationToken) {
     loop {
-        let kinds = informers.kinds();
-        let unsynced = kinds.iter().filter(|(_, synced, _)| !synced).count();
+        // A kind the server does not serve never syncs; it is reported in status, not held against
+        // readiness (the controllers needing it wait, the rest of the fleet works).
+        let unsynced = informers
+            .kinds()
+            .iter()
+            .filter(|s| !s.synced && !s.unserved)
+            .count();
         if unsynced == 0 {
             health.set_ready(true, "leading; caches synced");
         } else {

@@ -12,7 +12,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info_span, warn};
 
-use crate::fleet::{Command, Done, Hello};
+use flotilla_common::Verdict;
+
+use crate::fleet::{Command, Credit, Done, Hello, Limits};
 use crate::leader_slot::LeaderSlot;
 use crate::metrics::FleetMetrics;
 
@@ -21,16 +23,23 @@ pub struct DispatchService {
     slot: LeaderSlot,
     metrics: FleetMetrics,
     hello_timeout: Duration,
+    limits: Limits,
     next_conn: AtomicU64,
 }
 
 impl DispatchService {
-    /// A service that forwards to whatever dispatcher `slot` holds.
-    pub fn new(slot: LeaderSlot, metrics: FleetMetrics, hello_timeout: Duration) -> Self {
+    /// A service that forwards to whatever dispatcher `slot` holds, refusing what exceeds `limits`.
+    pub fn new(
+        slot: LeaderSlot,
+        metrics: FleetMetrics,
+        hello_timeout: Duration,
+        limits: Limits,
+    ) -> Self {
         Self {
             slot,
             metrics,
             hello_timeout,
+            limits,
             next_conn: AtomicU64::new(1),
         }
     }
@@ -42,13 +51,17 @@ impl DispatchService {
             .max_encoding_message_size(proto::MAX_MESSAGE_BYTES)
     }
 
-    fn refuse(&self, reason: &str, status: Status) -> Status {
-        self.metrics.bad(reason);
-        warn!(
-            reason,
-            message = status.message(),
-            "refusing a worker stream"
-        );
+    /// Counts a refused stream of `peer` and logs it (rate-limited per peer and reason).
+    fn refuse(&self, peer: &str, reason: &str, status: Status) -> Status {
+        if let Verdict::Log { suppressed } = self.metrics.refused(peer, reason) {
+            warn!(
+                peer,
+                reason,
+                suppressed,
+                message = status.message(),
+                "refusing a worker stream"
+            );
+        }
         status
     }
 }
@@ -66,16 +79,22 @@ impl proto::dispatch_server::Dispatch for DispatchService {
         let Some(dispatcher) = self.slot.dispatcher() else {
             return Err(self.slot.not_leader());
         };
+        // Until the Hello names the worker, the peer is its IP (not the port: every stream has its own).
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown".to_owned(), |a| a.ip().to_string());
         let mut inbound = request.into_inner();
         let first = match tokio::time::timeout(self.hello_timeout, inbound.message()).await {
             Err(_) => {
                 return Err(self.refuse(
+                    &peer,
                     "no_hello",
                     Status::deadline_exceeded(format!("no Hello within {:?}", self.hello_timeout)),
                 ));
             }
             Ok(Err(status)) => {
                 return Err(self.refuse(
+                    &peer,
                     "garbled_message",
                     Status::invalid_argument(format!("unreadable message: {}", status.message())),
                 ));
@@ -85,8 +104,9 @@ impl proto::dispatch_server::Dispatch for DispatchService {
         };
         let hello = match first.msg {
             Some(proto::worker_message::Msg::Hello(hello)) => {
-                Hello::try_from(hello).map_err(|e| {
+                Hello::from_proto(hello, &self.limits).map_err(|e| {
                     self.refuse(
+                        &peer,
                         "invalid_hello",
                         Status::invalid_argument(format!("invalid Hello: {e}")),
                     )
@@ -94,6 +114,7 @@ impl proto::dispatch_server::Dispatch for DispatchService {
             }
             _ => {
                 return Err(self.refuse(
+                    &peer,
                     "no_hello",
                     Status::invalid_argument("the first message must be Hello"),
                 ));
@@ -118,42 +139,60 @@ impl proto::dispatch_server::Dispatch for DispatchService {
         }));
         drop(tx);
         let metrics = self.metrics.clone();
+        let limits = self.limits;
         let span = info_span!("worker_stream", worker = %worker, term, conn = conn_id);
         tokio::spawn(
             async move {
+                // Every refusal is counted exactly; its log line is rate-limited per worker and reason.
+                let refused = |reason: &str| match metrics.refused(&worker, reason) {
+                    Verdict::Log { suppressed } => Some(suppressed),
+                    Verdict::Suppress => None,
+                };
                 loop {
                     let message = match inbound.message().await {
                         Ok(Some(message)) => message,
                         Ok(None) => break,
                         Err(status) => {
-                            metrics.bad("garbled_message");
-                            warn!(error = %status.message(), "worker stream failed; closing it");
+                            if let Some(suppressed) = refused("garbled_message") {
+                                warn!(suppressed, error = %status.message(), "worker stream failed; closing it");
+                            }
                             break;
                         }
                     };
                     let cmd = match message.msg {
-                        Some(proto::worker_message::Msg::Credit(c)) => Command::Credit {
-                            worker: worker.clone(),
-                            conn_id,
-                            controller: c.controller,
-                            n: c.n,
-                        },
+                        Some(proto::worker_message::Msg::Credit(c)) => {
+                            match Credit::from_proto(c, &limits) {
+                                Ok(credit) => Command::Credit {
+                                    worker: worker.clone(),
+                                    conn_id,
+                                    credit,
+                                },
+                                Err(e) => {
+                                    if let Some(suppressed) = refused("invalid_credit") {
+                                        warn!(suppressed, error = %e, "invalid Credit; ignored");
+                                    }
+                                    continue;
+                                }
+                            }
+                        }
                         Some(proto::worker_message::Msg::Done(batch)) => {
                             let mut done = Vec::with_capacity(batch.items.len());
                             for d in batch.items {
                                 match Done::try_from(d) {
                                     Ok(mut d) => {
                                         for e in d.invalid_writes.drain(..) {
-                                            metrics.bad("invalid_write");
-                                            warn!(error = %e, "unreadable write in a Done; finishing the item without waiting for it");
+                                            if let Some(suppressed) = refused("invalid_write") {
+                                                warn!(suppressed, error = %e, "unreadable write in a Done; finishing the item without waiting for it");
+                                            }
                                         }
                                         done.push(d);
                                     }
                                     // Keep the item held: a Done we cannot read must not free a key.
                                     // The worker's next Hello (or its lease) settles it.
                                     Err(e) => {
-                                        metrics.bad("invalid_done");
-                                        warn!(error = %e, "unreadable Done; the item stays held");
+                                        if let Some(suppressed) = refused("invalid_done") {
+                                            warn!(suppressed, error = %e, "unreadable Done; the item stays held");
+                                        }
                                     }
                                 }
                             }
@@ -164,12 +203,13 @@ impl proto::dispatch_server::Dispatch for DispatchService {
                             }
                         }
                         Some(proto::worker_message::Msg::Hello(_)) => {
-                            metrics.bad("second_hello");
-                            warn!("a second Hello on one stream; closing it");
+                            if let Some(suppressed) = refused("second_hello") {
+                                warn!(suppressed, "a second Hello on one stream; closing it");
+                            }
                             break;
                         }
                         None => {
-                            metrics.bad("empty_message");
+                            refused("empty_message");
                             continue;
                         }
                     };

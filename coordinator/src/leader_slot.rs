@@ -5,7 +5,7 @@ use std::sync::Arc;
 use flotilla_common::Leadership;
 use parking_lot::RwLock;
 
-use crate::fleet::DispatcherHandle;
+use crate::fleet::{CacheAccess, DispatcherHandle};
 
 /// Shared between the leadership loop (which sets it) and the services (which read it).
 #[derive(Clone, Default)]
@@ -16,6 +16,8 @@ pub struct LeaderSlot {
 #[derive(Default)]
 struct SlotState {
     dispatcher: Option<DispatcherHandle>,
+    /// Who may read the cache, as the current term publishes it.
+    access: Option<CacheAccess>,
     /// The leader as last observed, for "not the leader, try X" answers.
     known_leader: Option<Leadership>,
 }
@@ -26,9 +28,24 @@ impl LeaderSlot {
         self.inner.read().dispatcher.clone()
     }
 
-    /// Installs (or clears) the dispatcher.
-    pub fn set_dispatcher(&self, dispatcher: Option<DispatcherHandle>) {
-        self.inner.write().dispatcher = dispatcher;
+    /// The current term's cache access view, while this process leads.
+    pub fn cache_access(&self) -> Option<CacheAccess> {
+        self.inner.read().access.clone()
+    }
+
+    /// Installs (or clears) the term's dispatcher and cache access view.
+    pub fn set_term(&self, term: Option<(DispatcherHandle, CacheAccess)>) {
+        let mut state = self.inner.write();
+        match term {
+            Some((dispatcher, access)) => {
+                state.dispatcher = Some(dispatcher);
+                state.access = Some(access);
+            }
+            None => {
+                state.dispatcher = None;
+                state.access = None;
+            }
+        }
     }
 
     /// Records the leader as observed in etcd.

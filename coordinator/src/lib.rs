@@ -19,10 +19,13 @@ mod metrics;
 mod queue;
 mod shard;
 
-pub use cache_service::{CacheService, cache_service};
+pub use cache_service::{AccessSource, CacheService, cache_service};
 pub use config::{ConfigError, CoordinatorConfig, default_identity};
 pub use coordinator::{Coordinator, CoordinatorError};
-pub use informer::{CachedObject, InformerError, InformerEvent, Informers, OwnerRef, Store};
+pub use fleet::{AccessDenied, CacheAccess};
+pub use informer::{
+    CachedObject, InformerError, InformerEvent, InformerStatus, Informers, OwnerRef, Store,
+};
 pub use metrics::FleetMetrics;
 pub use queue::{
     BucketConfig, BucketRateLimiter, ControllerRateLimiterConfig, ExponentialBackoffConfig,

@@ -1,5 +1,6 @@
 //! The coordinator's own metrics (the workqueue's are in `queue::metrics`, under client-go's names).
 
+use flotilla_common::{LogLimiter, Verdict};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -50,8 +51,15 @@ pub struct FleetMetrics {
     pub is_leader: Gauge,
     /// The current term (0 when following).
     pub term: Gauge,
+    /// Terms this process led that ended, by why: `shutdown`, `lease_lost`, `error` (an etcd or
+    /// dispatcher error), `panic` (the dispatcher task panicked), `ended`.
+    pub terms_ended: Family<ReasonLabel, Counter>,
     /// Keys routed to a worker but not yet sent, plus keys parked on moving or unowned shards.
     pub backlog: Gauge,
+    /// Controllers retired because no live worker ran them.
+    pub retired: Counter,
+    /// Which refusals get a log line (shared by every clone).
+    pub log_limiter: LogLimiter,
 }
 
 impl FleetMetrics {
@@ -104,6 +112,16 @@ impl FleetMetrics {
             m.term.clone(),
         );
         registry.register(
+            "flotilla_controllers_retired",
+            "Controllers retired because no live worker ran them",
+            m.retired.clone(),
+        );
+        registry.register(
+            "flotilla_leader_terms_ended",
+            "Terms this coordinator led that ended, by reason",
+            m.terms_ended.clone(),
+        );
+        registry.register(
             "flotilla_dispatch_backlog",
             "Keys routed but not yet sent",
             m.backlog.clone(),
@@ -118,5 +136,14 @@ impl FleetMetrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts one refused input of `peer` (a worker id or an address) and says whether it deserves a log
+    /// line: the count is exact, the lines are limited per peer and reason (see [`LogLimiter`]), so a
+    /// peer cannot flood the log.
+    pub fn refused(&self, peer: &str, reason: &str) -> Verdict {
+        self.bad(reason);
+        self.log_limiter
+            .check(peer, reason, std::time::Instant::now())
     }
 }

@@ -1,12 +1,16 @@
 //! The Cache gRPC service over real informers, etcd and the devcluster API server, through a real tonic
-//! client: unsynced kinds are Unavailable, Get/List answer from the cache, bad requests are InvalidArgument.
+//! client: unsynced kinds are Unavailable, Get/List answer from the cache to a registered worker, bad
+//! requests are InvalidArgument, strangers are refused.
 
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 
 use flotilla_common::ResourceKind;
-use flotilla_coordinator::{InformerEvent, Informers, cache_service};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use flotilla_coordinator::{CacheAccess, FleetMetrics, InformerEvent, Informers, cache_service};
 use flotilla_devcluster::{DevCluster, DevClusterConfig, EtcdServer};
 use flotilla_proto as proto;
 use flotilla_proto::cache_client::CacheClient;
@@ -68,20 +72,39 @@ async fn workers_read_the_coordinators_cache_over_grpc() {
         &mut prometheus_client::registry::Registry::default(),
     );
     let mut events = informers.subscribe();
+    // The leader's dispatcher would publish this: worker w0 on lease 7 runs a controller of ConfigMaps.
+    let access = CacheAccess::default();
+    access.publish(
+        HashMap::from([("w0".to_owned(), 7)]),
+        HashSet::from([configmaps()]),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(cache_service(informers.clone()))
+            .add_service(cache_service(
+                informers.clone(),
+                Arc::new(move || Some(access.clone())),
+                FleetMetrics::default(),
+            ))
             .serve_with_incoming_shutdown(
                 TcpListenerStream::new(listener),
                 stop.clone().cancelled_owned(),
             ),
     );
-    let mut cache = CacheClient::connect(format!("http://{addr}"))
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
         .await
         .unwrap();
+    let mut stranger = CacheClient::new(channel.clone());
+    let mut cache = CacheClient::with_interceptor(channel, |mut request: tonic::Request<()>| {
+        let metadata = request.metadata_mut();
+        metadata.insert(proto::WORKER_ID_METADATA, "w0".parse().unwrap());
+        metadata.insert(proto::LEASE_ID_METADATA, "7".parse().unwrap());
+        Ok(request)
+    });
 
     let get = proto::GetRequest {
         kind: Some((&configmaps()).into()),
@@ -99,6 +122,12 @@ async fn workers_read_the_coordinators_cache_over_grpc() {
         status.message(),
         "informer for v1/configmaps not synced yet"
     );
+    assert!(
+        informers.kinds().is_empty(),
+        "a cache request must not start an informer"
+    );
+    // The leader starts the informers of the kinds its controllers declare.
+    informers.ensure(&configmaps());
 
     let synced = async {
         while let Some(event) = events.recv().await {
@@ -109,7 +138,14 @@ async fn workers_read_the_coordinators_cache_over_grpc() {
     };
     tokio::time::timeout(WAIT, synced)
         .await
-        .expect("the informer started by Get did not sync");
+        .expect("the informer did not sync");
+    let status = stranger.get(get.clone()).await.unwrap_err();
+    assert_eq!(
+        status.code(),
+        tonic::Code::Unauthenticated,
+        "{}",
+        status.message()
+    );
 
     let object = cache
         .get(get)

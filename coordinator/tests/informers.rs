@@ -347,7 +347,7 @@ async fn informers_sync_then_report_adds_updates_and_deletes_in_order_with_index
     let kinds: Vec<_> = informers
         .kinds()
         .into_iter()
-        .map(|(k, synced, n)| (k.plural, synced, n))
+        .map(|s| (s.kind.plural, s.synced, s.objects))
         .collect();
     assert_eq!(
         kinds,

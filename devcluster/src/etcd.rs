@@ -80,10 +80,12 @@ pub struct EtcdServer {
     child: Option<Child>,
     /// Kills etcd if this process dies without running Drop (SIGKILL, abort, a test timeout).
     watchdog: Option<Child>,
+    binary: PathBuf,
     client_url: String,
+    peer_url: String,
     log_path: PathBuf,
-    // Held for its Drop: removes the data directory and the log.
-    _dir: TempDir,
+    // Its Drop removes the data directory and the log; etcd restarts on the same data.
+    dir: TempDir,
 }
 
 impl std::fmt::Debug for EtcdServer {
@@ -127,13 +129,35 @@ impl EtcdServer {
         let client_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let log_path = dir.path().join("etcd.log");
-        let log = File::create(&log_path).map_err(|e| Attempt::Failed(EtcdError::TempDir(e)))?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| Attempt::Failed(EtcdError::TempDir(e)))?;
-        let child = Command::new(binary)
+        let mut server = EtcdServer {
+            child: None,
+            watchdog: None,
+            binary: binary.to_path_buf(),
+            client_url,
+            peer_url,
+            log_path,
+            dir,
+        };
+        server.spawn().map_err(Attempt::Failed)?;
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    /// Starts the etcd process on this server's ports and data directory (appending to its log).
+    fn spawn(&mut self) -> Result<(), EtcdError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .map_err(EtcdError::TempDir)?;
+        let log_err = log.try_clone().map_err(EtcdError::TempDir)?;
+        let (client_url, peer_url) = (&self.client_url, &self.peer_url);
+        let child = Command::new(&self.binary)
             .arg("--name=flotilla")
-            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--data-dir={}",
+                self.dir.path().join("data").display()
+            ))
             .arg(format!("--listen-client-urls={client_url}"))
             .arg(format!("--advertise-client-urls={client_url}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
@@ -144,22 +168,35 @@ impl EtcdServer {
             .stdout(log)
             .stderr(log_err)
             .spawn()
-            .map_err(|source| {
-                Attempt::Failed(EtcdError::Spawn {
-                    binary: binary.to_path_buf(),
-                    source,
-                })
+            .map_err(|source| EtcdError::Spawn {
+                binary: self.binary.clone(),
+                source,
             })?;
-        let watchdog = spawn_watchdog(child.id());
-        let mut server = EtcdServer {
-            child: Some(child),
-            watchdog,
-            client_url,
-            log_path,
-            _dir: dir,
-        };
-        server.wait_ready().await?;
-        Ok(server)
+        self.watchdog = spawn_watchdog(child.id());
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Starts etcd again after [`EtcdServer::kill`], on the same ports and with the same data, as an
+    /// etcd that crashed and was restarted by its supervisor; waits until it serves requests. A no-op
+    /// while it runs.
+    ///
+    /// # Errors
+    /// As [`EtcdServer::start`]; a port taken meanwhile by another process is reported as
+    /// [`EtcdError::Exited`] with etcd's log.
+    pub async fn restart(&mut self) -> Result<(), EtcdError> {
+        if self.is_running() {
+            return Ok(());
+        }
+        self.spawn()?;
+        self.wait_ready().await.map_err(|attempt| match attempt {
+            Attempt::Failed(err) => err,
+            Attempt::PortRace(log) => EtcdError::Exited {
+                status: "port taken".into(),
+                tail: log_tail(&log),
+                log,
+            },
+        })
     }
 
     async fn wait_ready(&mut self) -> Result<(), Attempt> {
@@ -220,8 +257,8 @@ impl EtcdServer {
             .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
-    /// Kills the process at once (SIGKILL) and reaps it; the data directory stays until drop.
-    /// Calling it again is a no-op.
+    /// Kills the process at once (SIGKILL) and reaps it; the data directory stays until drop, so
+    /// [`EtcdServer::restart`] can start it again. Calling it again is a no-op.
     pub fn kill(&mut self) {
         for mut child in [self.child.take(), self.watchdog.take()]
             .into_iter()

@@ -15,3 +15,8 @@ pub use v1::*;
 /// Objects travel inside messages, and a Kubernetes object is at most 1.5 MiB in etcd; a batch of
 /// them needs headroom beyond that.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// gRPC metadata of every Cache request: the calling worker's id.
+pub const WORKER_ID_METADATA: &str = "flotilla-worker-id";
+/// gRPC metadata of every Cache request: the calling worker's etcd lease, in decimal.
+pub const LEASE_ID_METADATA: &str = "flotilla-lease-id";

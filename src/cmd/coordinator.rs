@@ -58,6 +58,15 @@ pub struct Args {
     /// A worker stream that sends no Hello within this is dropped.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub worker_hello_timeout: Duration,
+    /// The most a worker may advertise for one controller (--concurrent-*-syncs); a Hello above it is refused.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_controller_concurrency: u32,
+    /// Retire a controller (drop its queue, delete its spec, stop its informers) once no live worker has run it for this long.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub controller_retire_after: Duration,
+    /// Stop the informer of a kind the API server answers only 404 for after this long (it shows in status).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub unserved_kind_timeout: Duration,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -83,16 +92,27 @@ impl Args {
         config.worker_reconnect_grace = self.worker_reconnect_grace;
         config.expectations_timeout = self.expectations_timeout;
         config.hello_timeout = self.worker_hello_timeout;
+        config.max_controller_concurrency = self.max_controller_concurrency;
+        config.controller_retire_after = self.controller_retire_after;
+        config.unserved_kind_timeout = self.unserved_kind_timeout;
         config
     }
 }
 
-/// Runs a coordinator until SIGINT/SIGTERM, then steps down (resigning leadership at once).
+/// Runs a coordinator until SIGINT/SIGTERM, then steps down (resigning leadership at once); exits with
+/// an error if its leadership loop stops on its own.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     init_logging(args.log_format);
     let coordinator = Coordinator::start(args.config()).await?;
-    shutdown_signal().await;
+    let failed = tokio::select! {
+        () = shutdown_signal() => None,
+        reason = coordinator.failed() => Some(reason),
+    };
     tracing::info!("shutting down");
     coordinator.shutdown().await;
-    Ok(())
+    match failed {
+        // Exit non-zero: a coordinator whose leadership loop died must be restarted, not left running.
+        Some(reason) => anyhow::bail!("{reason}"),
+        None => Ok(()),
+    }
 }

@@ -68,19 +68,25 @@ pub async fn fetch(
     Ok(admin.status(proto::StatusRequest {}).await?.into_inner())
 }
 
-/// The JSON form: `leader.{id,address,term}`, `workers[].{id,shards,...}`, `queues[].{controller,depth,...}`.
+/// The JSON form: `leader.{id,address,term}`, `workers[].{id,shards,lacking,...}`,
+/// `queues[].{controller,depth,...}`, `informers[].{kind,synced,unserved,objects}`,
+/// `retired[].{controller,secondsAgo}`.
 pub fn to_json(s: &proto::StatusResponse) -> serde_json::Value {
     json!({
         "leader": {"id": s.leader_id, "address": s.leader_address, "term": s.term},
         "shardCount": s.shard_count,
         "workers": s.workers.iter().map(|w| json!({
             "id": w.id, "connected": w.connected, "capacity": w.capacity, "inFlight": w.in_flight, "shards": w.shards,
+            "lacking": w.lacking,
         })).collect::<Vec<_>>(),
         "queues": s.queues.iter().map(|q| json!({
             "controller": q.controller, "depth": q.depth, "processing": q.processing,
         })).collect::<Vec<_>>(),
         "informers": s.informers.iter().map(|i| json!({
-            "kind": i.kind, "synced": i.synced, "objects": i.objects,
+            "kind": i.kind, "synced": i.synced, "unserved": i.unserved, "objects": i.objects,
+        })).collect::<Vec<_>>(),
+        "retired": s.retired.iter().map(|r| json!({
+            "controller": r.controller, "secondsAgo": r.seconds_ago,
         })).collect::<Vec<_>>(),
     })
 }
@@ -90,11 +96,20 @@ fn print_text(s: &proto::StatusResponse) {
         "leader   {} at {} (term {}), {} shards",
         s.leader_id, s.leader_address, s.term, s.shard_count
     );
-    println!("\nWORKER                           CONNECTED  CAPACITY  IN-FLIGHT  SHARDS");
+    println!("\nWORKER                           CONNECTED  CAPACITY  IN-FLIGHT  SHARDS  LACKING");
     for w in &s.workers {
         println!(
-            "{:<32} {:<10} {:>8}  {:>9}  {:>6}",
-            w.id, w.connected, w.capacity, w.in_flight, w.shards
+            "{:<32} {:<10} {:>8}  {:>9}  {:>6}  {}",
+            w.id,
+            w.connected,
+            w.capacity,
+            w.in_flight,
+            w.shards,
+            if w.lacking.is_empty() {
+                "-".to_owned()
+            } else {
+                w.lacking.join(",")
+            }
         );
     }
     println!("\nCONTROLLER                       DEPTH  PROCESSING");
@@ -103,6 +118,19 @@ fn print_text(s: &proto::StatusResponse) {
     }
     println!("\nINFORMER                                  SYNCED  OBJECTS");
     for i in &s.informers {
-        println!("{:<41} {:<7} {:>7}", i.kind, i.synced, i.objects);
+        let synced = if i.unserved {
+            "unserved"
+        } else if i.synced {
+            "true"
+        } else {
+            "false"
+        };
+        println!("{:<41} {:<7} {:>7}", i.kind, synced, i.objects);
+    }
+    if !s.retired.is_empty() {
+        println!("\nRETIRED CONTROLLER               AGO");
+        for r in &s.retired {
+            println!("{:<32} {}s", r.controller, r.seconds_ago);
+        }
     }
 }

@@ -16,6 +16,7 @@ use tonic::Code;
 
 use super::common::{JOURNAL_LABEL, create_configmaps, journal_worker};
 use super::journal::{intervals, now_ns, read};
+use super::peer::{hello, open};
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::{Fleet, metric};
 use crate::support::namespace::unique_namespace;
@@ -48,57 +49,6 @@ fn framed(payload: &[u8], declared_len: u32) -> Vec<u8> {
     frame.extend(declared_len.to_be_bytes());
     frame.extend(payload);
     frame
-}
-
-/// Opens a Dispatch stream whose messages the test sends by hand.
-async fn open(
-    addr: &str,
-    first: proto::WorkerMessage,
-) -> (
-    mpsc::Sender<proto::WorkerMessage>,
-    Result<tonic::Streaming<proto::CoordinatorMessage>, tonic::Status>,
-) {
-    let mut client = proto::dispatch_client::DispatchClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    let (tx, rx) = mpsc::channel(16);
-    tx.send(first).await.unwrap();
-    let response = client
-        .work(ReceiverStream::new(rx))
-        .await
-        .map(tonic::Response::into_inner);
-    (tx, response)
-}
-
-fn hello(
-    worker_id: &str,
-    lease_id: i64,
-    known_term: u64,
-    controller: &str,
-) -> proto::WorkerMessage {
-    let configmaps = proto::ResourceKind {
-        group: String::new(),
-        version: "v1".into(),
-        kind: "ConfigMap".into(),
-        plural: "configmaps".into(),
-        namespaced: true,
-    };
-    proto::WorkerMessage {
-        msg: Some(proto::worker_message::Msg::Hello(proto::Hello {
-            worker_id: worker_id.into(),
-            lease_id,
-            controllers: vec![proto::ControllerCapacity {
-                spec: Some(proto::ControllerSpec {
-                    name: controller.into(),
-                    primary: Some(configmaps),
-                    ..Default::default()
-                }),
-                concurrency: 1,
-            }],
-            known_term,
-            held: vec![],
-        })),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -104,3 +104,18 @@ pub async fn leader_id(fleet: &Fleet) -> String {
     })
     .await
 }
+
+/// Waits until the journal has a finished reconcile of `key`; returns its start (ns since the epoch).
+pub async fn reconciled(journal: &std::path::Path, key: &str, timeout: std::time::Duration) -> u64 {
+    crate::support::wait::wait_for(timeout, &format!("a reconcile of {key}"), || async {
+        super::journal::intervals(
+            &super::journal::read(journal),
+            &Default::default(),
+            super::journal::now_ns(),
+        )
+        .into_iter()
+        .find(|i| i.key == key && !i.open)
+        .map(|i| i.start_ns)
+    })
+    .await
+}

@@ -3,23 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::common::{JOURNAL_LABEL, create_configmaps, journal_worker, leader_id};
-use super::journal::{intervals, now_ns, read};
+use super::common::{JOURNAL_LABEL, create_configmaps, journal_worker, leader_id, reconciled};
+use super::journal::now_ns;
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::{Fleet, LEASE};
 use crate::support::namespace::unique_namespace;
 use crate::support::wait::wait_for;
-
-/// Waits until the journal has a finished reconcile of `key`; returns its start (ns since the epoch).
-async fn reconciled(journal: &std::path::Path, key: &str, timeout: Duration) -> u64 {
-    wait_for(timeout, &format!("a reconcile of {key}"), || async {
-        intervals(&read(journal), &Default::default(), now_ns())
-            .into_iter()
-            .find(|i| i.key == key && !i.open)
-            .map(|i| i.start_ns)
-    })
-    .await
-}
 
 /// Kills the leader of a fleet of two coordinators (started with `flags`) and one worker; returns how
 /// long after the kill a key created right after it started reconciling.

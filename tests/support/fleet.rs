@@ -104,6 +104,31 @@ impl Proc {
             .unwrap_or(0)
     }
 
+    /// The HTTP status and body of `path` on its ops port ((0, "") when it does not answer).
+    pub async fn http_get(&self, path: &str) -> (u16, String) {
+        let url = format!("http://{}{path}", self.metrics_addr().await);
+        tokio::task::spawn_blocking(move || {
+            let raw = http_get_raw(&url);
+            let code = raw
+                .split(' ')
+                .nth(1)
+                .and_then(|code| code.parse().ok())
+                .unwrap_or(0);
+            let body = raw
+                .split_once("\r\n\r\n")
+                .map(|(_, body)| body.to_owned())
+                .unwrap_or_default();
+            (code, body)
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// The process's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -14,17 +14,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, TxnOp, WatchOptions};
+use flotilla_common::Verdict;
 use flotilla_common::{Elected, Election, ElectionError, FleetKeys, LeaderInfo, ResourceKind};
 use flotilla_proto as proto;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
+use super::access::CacheAccess;
 use super::expectations::{Expectations, Expected};
 use super::mapping::Routes;
-use super::messages::{ControllerSpec, Done, Hello, Outcome, Primary};
+use super::messages::{ControllerSpec, Credit, Done, Hello, Outcome, Primary};
 use super::owner_graph::OwnerGraph;
 use super::shards::{Parked, ShardState, ShardTable};
 use super::workers::{Connection, Outbound, WorkerState};
@@ -50,8 +52,7 @@ pub enum Command {
     Credit {
         worker: String,
         conn_id: u64,
-        controller: String,
-        n: u32,
+        credit: Credit,
     },
     /// A worker finished items.
     Done {
@@ -112,6 +113,8 @@ pub struct TermContext {
     pub informers: Informers,
     pub metrics: FleetMetrics,
     pub queue_metrics: QueueMetricsFamilies,
+    /// Where this term publishes who may read the cache.
+    pub access: CacheAccess,
 }
 
 /// A worker registration as stored in etcd (`workers/<id>`), written by the worker.
@@ -122,12 +125,29 @@ struct Registration {
 }
 
 impl Registration {
-    /// The advertised capacity in a registration value; an unreadable one counts as 1 (the worker still
-    /// gets shards, and its Hello tells the real concurrency).
+    /// The advertised capacity in a registration value, at most [`MAX_REGISTERED_CAPACITY`]; an
+    /// unreadable one counts as 1 (the worker still gets shards, and its Hello tells the real
+    /// concurrency, which is checked against the limits).
     fn capacity_of(value: &[u8]) -> u32 {
-        serde_json::from_slice::<Registration>(value).map_or(1, |r| r.capacity)
+        serde_json::from_slice::<Registration>(value)
+            .map_or(1, |r| r.capacity.min(MAX_REGISTERED_CAPACITY))
     }
 }
+
+/// A registration's capacity counts until the worker's Hello replaces it; anything above this is read
+/// as this (a worker's sum over its controllers is bounded the same way by the Hello's checks).
+const MAX_REGISTERED_CAPACITY: u32 = 1_000_000;
+
+/// No worker weighs more than this many times the median live worker in shard assignment, whatever it
+/// advertises: a worker twice as big gets twice the shards, but one advertisement cannot take the fleet.
+const MAX_WEIGHT_RATIO: u32 = 4;
+
+/// Controllers retired in this term that status remembers, newest last.
+const MAX_RETIRED_SHOWN: usize = 64;
+
+/// How often declared kinds whose informers stopped as unserved are tried again (a CRD may have been
+/// created since).
+const UNSERVED_RETRY: Duration = Duration::from_secs(300);
 
 enum RegistryEvent {
     Up {
@@ -145,6 +165,9 @@ struct ControllerState {
     queue: WorkQueue<String>,
     synced: bool,
     next_resync: Option<Instant>,
+    /// When a live worker (lease alive, said Hello to this leader) last ran it, or when this term
+    /// registered it: retirement counts from here.
+    last_live: Instant,
     /// Metric handles looked up once: the per-item path must not hash label sets.
     counters: ControllerCounters,
 }
@@ -237,6 +260,13 @@ struct Dispatcher {
     pending_moves: BTreeSet<u32>,
     needs_rebalance: bool,
     settle_until: Instant,
+    /// Whether workers or controllers changed since the cache access view was last published.
+    access_dirty: bool,
+    /// Controllers retired in this term, with when.
+    retired: Vec<(String, Instant)>,
+    /// Stops the owner graph's discovery when its last controller retires.
+    discovery_stop: Option<CancellationToken>,
+    next_unserved_retry: Instant,
 }
 
 impl Dispatcher {
@@ -263,6 +293,10 @@ impl Dispatcher {
             pending_moves: BTreeSet::new(),
             needs_rebalance: true,
             settle_until: Instant::now() + SETTLE,
+            access_dirty: true,
+            retired: Vec::new(),
+            discovery_stop: None,
+            next_unserved_retry: Instant::now() + UNSERVED_RETRY,
             ctx,
         }
     }
@@ -334,8 +368,32 @@ impl Dispatcher {
                 self.pump();
                 self.flush();
             }
+            if self.access_dirty {
+                self.publish_access();
+            }
         }
         Ok(())
+    }
+
+    /// Publishes who may read the cache: workers with a live lease that said Hello to this leader, and
+    /// every kind a controller declared (plus the owner graph's discovered kinds while it routes).
+    fn publish_access(&mut self) {
+        self.access_dirty = false;
+        let workers = self
+            .workers
+            .values()
+            .filter(|w| w.handshaken)
+            .filter_map(|w| w.lease_id.map(|l| (w.id.clone(), l)))
+            .collect();
+        let mut kinds: HashSet<ResourceKind> = self
+            .controllers
+            .values()
+            .flat_map(|c| c.spec.kinds())
+            .collect();
+        if self.graph.has_controllers() {
+            kinds.extend(self.graph.kinds().cloned());
+        }
+        self.ctx.access.publish(workers, kinds);
     }
 
     // ---- start of term -------------------------------------------------------------------------
@@ -394,7 +452,13 @@ impl Dispatcher {
                 .and_then(|p| ControllerSpec::try_from(p).map_err(|e| e.to_string()))
             {
                 Ok(spec) => self.register_controller(spec),
-                Err(err) => warn!(error = %err, "ignoring an unreadable controller spec in etcd"),
+                // The same checks as a Hello's: a spec that is invalid now (written by an older version,
+                // or by hand) is skipped, never a crash of every leader that loads it. A worker that
+                // still runs the controller registers a valid spec again.
+                Err(err) => {
+                    self.ctx.metrics.bad("invalid_stored_spec");
+                    error!(key = %String::from_utf8_lossy(kv.key()), error = %err, "skipping an invalid controller spec in etcd");
+                }
             }
         }
         Ok(revision)
@@ -418,13 +482,18 @@ impl Dispatcher {
         );
         self.routes.add(&spec);
         if spec.primary == Primary::OwnerGraph && self.graph.add_controller(&spec.name) {
+            let stop = self.term_tasks.child_token();
+            self.discovery_stop = Some(stop.clone());
             tokio::spawn(discover(
                 self.ctx.informers.client(),
                 self.discovered_tx.clone(),
-                self.term_tasks.child_token(),
+                stop,
             ));
         }
-        let next_resync = spec.resync.map(|r| Instant::now() + r);
+        let now = Instant::now();
+        // Specs are checked (resync at most a day), but time arithmetic never trusts a bound elsewhere.
+        let next_resync = spec.resync.and_then(|r| now.checked_add(r));
+        self.access_dirty = true;
         let name = spec.name.clone();
         let counters = ControllerCounters::new(&self.ctx.metrics, &name);
         self.controllers.insert(
@@ -434,6 +503,7 @@ impl Dispatcher {
                 queue,
                 synced: false,
                 next_resync,
+                last_live: now,
                 counters,
             },
         );
@@ -481,8 +551,7 @@ impl Dispatcher {
             Command::Credit {
                 worker,
                 conn_id,
-                controller,
-                n,
+                credit,
             } => {
                 let Some(w) = self
                     .workers
@@ -491,11 +560,17 @@ impl Dispatcher {
                 else {
                     return Ok(());
                 };
-                if !w.grant(&controller, n) {
-                    self.ctx.metrics.bad("credit_for_unknown_controller");
+                if !w.grant(&credit.controller, credit.n)
+                    && let Verdict::Log { suppressed } = self
+                        .ctx
+                        .metrics
+                        .refused(&worker, "credit_for_unknown_controller")
+                {
                     warn!(
                         worker,
-                        controller, "credit for a controller the worker did not register; ignored"
+                        controller = %credit.controller,
+                        suppressed,
+                        "credit for a controller the worker did not register; ignored"
                     );
                 }
             }
@@ -530,6 +605,7 @@ impl Dispatcher {
                     for credits in w.credits.values_mut() {
                         *credits = 0;
                     }
+                    self.access_dirty = true;
                 }
             }
             Command::Status { reply } => {
@@ -554,22 +630,41 @@ impl Dispatcher {
     ) -> Result<Result<proto::Welcome, tonic::Status>, TermError> {
         let id = hello.worker_id.clone();
         if hello.known_term > self.term {
-            self.ctx.metrics.bad("stale_term");
+            self.log_refusal(
+                &id,
+                "stale_term",
+                "refusing a worker that has seen a newer term",
+            );
             return Ok(Err(tonic::Status::failed_precondition(format!(
                 "worker {id} has seen term {}, newer than this leader's term {}",
                 hello.known_term, self.term
             ))));
         }
         // Identity: the worker must be registered in etcd on the lease it names. (mTLS adds the
-        // certificate check in front of this.)
+        // certificate check in front of this.) An etcd failure here is the worker's to retry, not a
+        // reason to end the term.
         let registered = self.workers.get(&id).and_then(|w| w.lease_id) == Some(hello.lease_id);
-        if !registered && !self.confirm_registration(&id, hello.lease_id).await? {
-            self.ctx.metrics.bad("unregistered_worker");
-            warn!(worker = %id, lease = hello.lease_id, "refusing a worker that is not registered on its lease");
-            return Ok(Err(tonic::Status::permission_denied(format!(
-                "worker {id} is not registered in etcd with lease {:x}",
-                hello.lease_id
-            ))));
+        if !registered {
+            match self.confirm_registration(&id, hello.lease_id).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.log_refusal(
+                        &id,
+                        "unregistered_worker",
+                        "refusing a worker that is not registered on its lease",
+                    );
+                    return Ok(Err(tonic::Status::permission_denied(format!(
+                        "worker {id} is not registered in etcd with lease {:x}",
+                        hello.lease_id
+                    ))));
+                }
+                Err(err) => {
+                    warn!(worker = %id, error = %err, "cannot check a worker's registration; it will retry");
+                    return Ok(Err(tonic::Status::unavailable(
+                        "cannot check the registration in etcd; retry",
+                    )));
+                }
+            }
         }
         let mut rejected = Vec::new();
         let mut accepted = Vec::new();
@@ -581,18 +676,30 @@ impl Dispatcher {
                 .map(|existing| existing.spec == spec);
             match known {
                 Some(false) => {
-                    self.ctx.metrics.bad("controller_spec_mismatch");
+                    self.log_refusal(
+                        &id,
+                        "controller_spec_mismatch",
+                        "refusing a controller whose spec differs from the fleet's",
+                    );
                     rejected.push(proto::Rejected {
                         controller: spec.name.clone(),
                         reason: "spec differs from the one the fleet runs; roll all workers to one version".into(),
                     });
                 }
                 Some(true) => accepted.push((spec.name.clone(), concurrency)),
-                None => {
-                    self.persist_spec(&spec).await?;
-                    accepted.push((spec.name.clone(), concurrency));
-                    self.register_controller(spec);
-                }
+                None => match self.persist_spec(&spec).await {
+                    Ok(()) => {
+                        accepted.push((spec.name.clone(), concurrency));
+                        self.register_controller(spec);
+                    }
+                    Err(ElectionError::Etcd(err)) => {
+                        warn!(worker = %id, controller = %spec.name, error = %err, "cannot persist a controller spec; the worker will retry");
+                        return Ok(Err(tonic::Status::unavailable(
+                            "cannot persist the controller spec in etcd; retry",
+                        )));
+                    }
+                    Err(err) => return Err(err.into()),
+                },
             }
         }
         // Reconcile what the worker says it holds with what this leader thinks it holds.
@@ -643,7 +750,14 @@ impl Dispatcher {
         }
         w.concurrency = accepted.into_iter().collect();
         w.credits.clear();
-        w.capacity = w.concurrency.values().sum::<u32>().max(1);
+        // Its weight counts only what this leader accepted; the per-controller limit keeps the sum far
+        // from overflowing, and it saturates regardless.
+        w.capacity = w
+            .concurrency
+            .values()
+            .fold(0u32, |sum, c| sum.saturating_add(*c))
+            .max(1);
+        self.access_dirty = true;
         w.conn = Some(Connection { id: conn_id, tx });
         w.handshaken = true;
         w.disconnected_since = None;
@@ -675,19 +789,29 @@ impl Dispatcher {
                 .filter(|c| !w.concurrency.contains_key(c.as_str()))
                 .map(|c| c.as_str())
                 .collect();
-            if !lacking.is_empty() {
-                self.ctx.metrics.bad("worker_lacks_controllers");
-                warn!(worker = %w.id, ?lacking, "worker lacks controllers other workers of the fleet run; their keys wait while it owns their shards (run one fleet per set of controllers)");
+            if !lacking.is_empty()
+                && let Verdict::Log { suppressed } =
+                    self.ctx.metrics.refused(&w.id, "worker_lacks_controllers")
+            {
+                warn!(worker = %w.id, ?lacking, suppressed, "worker lacks controllers other workers of the fleet run; their keys wait while it owns their shards (run one fleet per set of controllers)");
             }
         }
     }
 
-    async fn confirm_registration(&mut self, id: &str, lease_id: i64) -> Result<bool, TermError> {
+    /// Counts a refusal of `peer` and logs it, rate-limited per peer and reason.
+    fn log_refusal(&self, peer: &str, reason: &str, message: &str) {
+        if let Verdict::Log { suppressed } = self.ctx.metrics.refused(peer, reason) {
+            warn!(worker = %peer, reason, suppressed, "{message}");
+        }
+    }
+
+    async fn confirm_registration(
+        &mut self,
+        id: &str,
+        lease_id: i64,
+    ) -> Result<bool, etcd_client::Error> {
         let mut etcd = self.ctx.etcd.clone();
-        let resp = etcd
-            .get(self.keys.worker(id), None)
-            .await
-            .map_err(TermError::Etcd)?;
+        let resp = etcd.get(self.keys.worker(id), None).await?;
         let Some(kv) = resp.kvs().first() else {
             return Ok(false);
         };
@@ -703,7 +827,7 @@ impl Dispatcher {
         Ok(true)
     }
 
-    async fn persist_spec(&mut self, spec: &ControllerSpec) -> Result<(), TermError> {
+    async fn persist_spec(&mut self, spec: &ControllerSpec) -> Result<(), ElectionError> {
         let encoded = super::spec_codec::encode(spec);
         self.ctx
             .election
@@ -723,13 +847,17 @@ impl Dispatcher {
         match self.items.get(&id) {
             Some(item) if item.worker == worker => {}
             _ => {
-                self.ctx.metrics.bad("done_for_unknown_item");
-                warn!(
-                    worker,
-                    term = d.term,
-                    item = d.item_id,
-                    "Done for an item the worker does not hold; ignored"
-                );
+                if let Verdict::Log { suppressed } =
+                    self.ctx.metrics.refused(worker, "done_for_unknown_item")
+                {
+                    warn!(
+                        worker,
+                        term = d.term,
+                        item = d.item_id,
+                        suppressed,
+                        "Done for an item the worker does not hold; ignored"
+                    );
+                }
                 return;
             }
         }
@@ -780,7 +908,10 @@ impl Dispatcher {
         if unobserved.is_empty() {
             state.queue.done(&item.key);
         } else {
-            let deadline = Instant::now() + self.ctx.config.expectations_timeout;
+            let now = Instant::now();
+            let deadline = now
+                .checked_add(self.ctx.config.expectations_timeout)
+                .unwrap_or(now);
             self.expectations
                 .hold(&item.controller, &item.key, unobserved, deadline);
             self.ctx
@@ -889,6 +1020,10 @@ impl Dispatcher {
     /// Sends `key` (processing in its queue) to the owner of its shard, or keeps it until it can be sent.
     /// Returns whether it was sent (using one credit).
     fn route(&mut self, controller: String, key: String) -> bool {
+        if !self.controllers.contains_key(&controller) {
+            // Retired while the key waited: its queue is gone, and so is the key.
+            return false;
+        }
         let pair = (controller, key);
         if self.foreign_keys.contains(&pair) {
             self.deferred.insert(pair);
@@ -1157,6 +1292,11 @@ impl Dispatcher {
             );
             self.release_holds(expired);
         }
+        self.retire_controllers(now).await?;
+        if now >= self.next_unserved_retry {
+            self.next_unserved_retry = now + UNSERVED_RETRY;
+            self.ctx.informers.retry_unserved();
+        }
         self.fence_silent_workers(now).await?;
         let free: Vec<String> = self
             .workers
@@ -1188,7 +1328,8 @@ impl Dispatcher {
             .filter(|w| {
                 w.conn.is_none()
                     && w.fenced_until.is_none()
-                    && w.disconnected_since.is_some_and(|t| now >= t + grace)
+                    && w.disconnected_since
+                        .is_some_and(|t| now.saturating_duration_since(t) >= grace)
             })
             .filter_map(|w| w.lease_id.map(|l| (w.id.clone(), l)))
             .collect();
@@ -1199,13 +1340,16 @@ impl Dispatcher {
                 .await
                 .map(|r| r.granted_ttl())
                 .unwrap_or(0);
-            let ttl = Duration::from_secs(u64::try_from(ttl).unwrap_or(0).max(1));
+            // The worker chose its lease's TTL: bound it before doing arithmetic with it.
+            let ttl =
+                Duration::from_secs(u64::try_from(ttl).unwrap_or(0).clamp(1, MAX_LEASE_TTL_SECS));
             warn!(worker = %id, "worker silent beyond the reconnect grace; revoking its lease");
             if let Err(err) = etcd.lease_revoke(lease).await {
                 debug!(worker = %id, error = %err, "lease revoke failed (already gone?)");
             }
             if let Some(w) = self.workers.get_mut(&id) {
-                w.fenced_until = Some(now + ttl);
+                w.fenced_until = Some(now.checked_add(ttl).unwrap_or(now));
+                self.access_dirty = true;
             }
         }
         Ok(())
@@ -1245,6 +1389,7 @@ impl Dispatcher {
                     w.lease_id = None;
                     w.conn = None;
                     self.needs_rebalance = true;
+                    self.access_dirty = true;
                 }
             }
         }
@@ -1293,21 +1438,107 @@ impl Dispatcher {
             }
         }
         self.needs_rebalance = true;
+        self.access_dirty = true;
+    }
+
+    // ---- controller lifetime -------------------------------------------------------------------
+
+    /// Retires every controller no live worker has run for `--controller-retire-after`: a controller a
+    /// stray or departed worker declared must not keep its informers, queue and spec for good.
+    async fn retire_controllers(&mut self, now: Instant) -> Result<(), TermError> {
+        let running: HashSet<&str> = self
+            .workers
+            .values()
+            .filter(|w| w.lease_id.is_some() && w.handshaken)
+            .flat_map(|w| w.concurrency.keys().map(String::as_str))
+            .collect();
+        let retire_after = self.ctx.config.controller_retire_after;
+        let mut due = Vec::new();
+        for (name, state) in &mut self.controllers {
+            if running.contains(name.as_str()) {
+                state.last_live = now;
+            } else if now.saturating_duration_since(state.last_live) >= retire_after {
+                due.push(name.clone());
+            }
+        }
+        for name in due {
+            self.retire(&name, now).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops `name`'s queue and routes, stops the informers no other controller needs, and deletes its
+    /// spec from etcd (fenced by the term). Items of it still out finish without effect.
+    async fn retire(&mut self, name: &str, now: Instant) -> Result<(), TermError> {
+        let Some(state) = self.controllers.remove(name) else {
+            return Ok(());
+        };
+        warn!(controller = name, after = ?self.ctx.config.controller_retire_after, keys = state.queue.len(),
+            "retiring a controller no live worker runs: dropping its queue and spec");
+        self.routes.remove(name);
+        for w in self.workers.values_mut() {
+            w.backlog.remove(name);
+        }
+        let mut stopping: Vec<ResourceKind> = state.spec.kinds();
+        if state.spec.primary == Primary::OwnerGraph && self.graph.remove_controller(name) {
+            if let Some(stop) = self.discovery_stop.take() {
+                stop.cancel();
+            }
+            stopping.extend(self.graph.kinds().cloned());
+        }
+        let mut needed: HashSet<ResourceKind> = self
+            .controllers
+            .values()
+            .flat_map(|c| c.spec.kinds())
+            .collect();
+        if self.graph.has_controllers() {
+            needed.extend(self.graph.kinds().cloned());
+        }
+        for kind in stopping {
+            if !needed.contains(&kind) {
+                self.ctx.informers.remove(&kind);
+            }
+        }
+        self.retired.push((name.to_owned(), now));
+        if self.retired.len() > MAX_RETIRED_SHOWN {
+            self.retired.remove(0);
+        }
+        self.ctx.metrics.retired.inc();
+        self.access_dirty = true;
+        let deleted = self
+            .ctx
+            .election
+            .fenced_txn(
+                &self.ctx.elected,
+                vec![],
+                vec![TxnOp::delete(self.keys.controller(name), None)],
+            )
+            .await;
+        match deleted {
+            Ok(_) => Ok(()),
+            // The next leader loads it and retires it again after the same wait.
+            Err(ElectionError::Etcd(err)) => {
+                warn!(controller = name, error = %err, "cannot delete a retired controller's spec");
+                Ok(())
+            }
+            Err(err) => Err(err.into()),
+        }
     }
 
     // ---- shards --------------------------------------------------------------------------------
 
     async fn rebalance(&mut self) -> Result<(), TermError> {
         self.needs_rebalance = false;
-        let live: Vec<WorkerWeight> = self
-            .workers
-            .values()
-            .filter(|w| w.is_dispatchable())
-            .map(|w| WorkerWeight {
-                id: w.id.clone().into(),
-                weight: w.capacity,
-            })
-            .collect();
+        let live = fair_weights(
+            self.workers
+                .values()
+                .filter(|w| w.is_dispatchable())
+                .map(|w| WorkerWeight {
+                    id: w.id.clone().into(),
+                    weight: w.capacity,
+                })
+                .collect(),
+        );
         if live.is_empty() {
             return Ok(());
         }
@@ -1547,6 +1778,18 @@ impl Dispatcher {
                 capacity: w.capacity,
                 in_flight: w.in_flight_total(),
                 shards: u32::try_from(self.shards.owned_by(&w.id).len()).unwrap_or(u32::MAX),
+                lacking: if w.handshaken {
+                    let mut lacking: Vec<String> = self
+                        .controllers
+                        .keys()
+                        .filter(|c| !w.concurrency.contains_key(*c))
+                        .cloned()
+                        .collect();
+                    lacking.sort();
+                    lacking
+                } else {
+                    Vec::new()
+                },
             })
             .collect();
         workers.sort_by(|a, b| a.id.cmp(&b.id));
@@ -1573,10 +1816,20 @@ impl Dispatcher {
             .informers
             .kinds()
             .into_iter()
-            .map(|(kind, synced, objects)| proto::InformerStatus {
-                kind: kind.to_string(),
-                synced,
-                objects: objects as u64,
+            .map(|s| proto::InformerStatus {
+                kind: s.kind.to_string(),
+                synced: s.synced,
+                objects: s.objects as u64,
+                unserved: s.unserved,
+            })
+            .collect();
+        let now = Instant::now();
+        let retired = self
+            .retired
+            .iter()
+            .map(|(controller, at)| proto::RetiredController {
+                controller: controller.clone(),
+                seconds_ago: now.saturating_duration_since(*at).as_secs(),
             })
             .collect();
         proto::StatusResponse {
@@ -1587,8 +1840,27 @@ impl Dispatcher {
             queues,
             informers,
             shard_count: self.shards.count(),
+            retired,
         }
     }
+}
+
+/// A worker's lease TTL is its own choice; the leader waits at most this long after revoking it.
+const MAX_LEASE_TTL_SECS: u64 = 3600;
+
+/// Caps each weight at [`MAX_WEIGHT_RATIO`] times the (lower) median weight, so one worker advertising
+/// a huge capacity gets a bounded share of the shards rather than nearly all of them.
+fn fair_weights(mut workers: Vec<WorkerWeight>) -> Vec<WorkerWeight> {
+    let mut weights: Vec<u32> = workers.iter().map(|w| w.weight.max(1)).collect();
+    weights.sort_unstable();
+    let Some(&median) = weights.get(weights.len().saturating_sub(1) / 2) else {
+        return workers;
+    };
+    let cap = median.saturating_mul(MAX_WEIGHT_RATIO);
+    for w in &mut workers {
+        w.weight = w.weight.clamp(1, cap);
+    }
+    workers
 }
 
 async fn sleep_until_opt(deadline: Option<Instant>) {
@@ -1687,6 +1959,53 @@ async fn discover(
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(DISCOVERY_PERIOD) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn weights(ws: &[u32]) -> Vec<WorkerWeight> {
+        ws.iter()
+            .enumerate()
+            .map(|(i, w)| WorkerWeight {
+                id: format!("w{i}").into(),
+                weight: *w,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_huge_advertisement_weighs_four_times_the_median() {
+        let fair = fair_weights(weights(&[10, u32::MAX]));
+        assert_eq!(fair.iter().map(|w| w.weight).collect::<Vec<_>>(), [10, 40]);
+        let fair = fair_weights(weights(&[5, 5, 5, 10_000]));
+        assert_eq!(fair[3].weight, 20);
+    }
+
+    proptest! {
+        /// No worker ever weighs more than 4x the median, none less than 1, and an even fleet is unchanged.
+        #[test]
+        fn fair_weights_are_capped_and_positive(ws in proptest::collection::vec(any::<u32>(), 1..20)) {
+            let fair = fair_weights(weights(&ws));
+            let mut sorted: Vec<u32> = ws.iter().map(|w| (*w).max(1)).collect();
+            sorted.sort_unstable();
+            let median = sorted[(sorted.len() - 1) / 2];
+            for (before, after) in ws.iter().zip(&fair) {
+                prop_assert!(after.weight >= 1);
+                prop_assert!(after.weight <= median.saturating_mul(MAX_WEIGHT_RATIO));
+                prop_assert!(after.weight <= (*before).max(1));
+            }
+        }
+
+        #[test]
+        fn registration_capacities_are_bounded(capacity in any::<u64>()) {
+            let value = format!(r#"{{"id":"w","capacity":{capacity}}}"#);
+            let read = Registration::capacity_of(value.as_bytes());
+            prop_assert!(read <= MAX_REGISTERED_CAPACITY);
         }
     }
 }

@@ -47,6 +47,14 @@ impl Routes {
         }
     }
 
+    /// Removes every route of `controller` (it was retired).
+    pub fn remove(&mut self, controller: &str) {
+        for routes in self.by_kind.values_mut() {
+            routes.retain(|(c, _)| c != controller);
+        }
+        self.by_kind.retain(|_, routes| !routes.is_empty());
+    }
+
     /// The (controller, key) pairs an event on `object` enqueues.
     pub fn keys_for(
         &self,

@@ -8,6 +8,49 @@ use flotilla_proto as proto;
 
 use crate::queue::{BucketConfig, ControllerRateLimiterConfig, ExponentialBackoffConfig};
 
+/// What a peer may say, beyond which a message is refused (or, where refusing would stall a key, the
+/// value is clamped). The same checks run on controller specs loaded from etcd, so a spec that slipped in
+/// once cannot crash every later leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most a worker may advertise for one controller (`--max-controller-concurrency`). Default
+    /// 10,000: far above any real `--concurrent-*-syncs`, low enough that sums over a worker's
+    /// controllers cannot overflow and no advertisement can claim the fleet's shards.
+    pub max_concurrency: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_concurrency: 10_000,
+        }
+    }
+}
+
+/// Longest key: a kinded key is `<group>/<version>/<plural>/<namespace>/<name>`, at most
+/// 253 + 63 + 63 + 63 + 253 characters and four slashes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Resync periods outside this range are refused: below it a controller would spin the queue, above it
+/// a resync is meaningless (and `now + period` must not overflow).
+pub const RESYNC_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(24 * 3600);
+/// A requeue further out than this is clamped to it (and counted): refusing the Done would hold the key.
+/// A year, as the queue's own bound on delays.
+pub const MAX_REQUEUE_AFTER: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Longest resourceVersion in a write (etcd revisions have at most 20 digits; other servers' opaque
+/// versions are short too).
+pub const MAX_RESOURCE_VERSION_BYTES: usize = 64;
+/// Longest error text kept from a Done; longer ones are cut (they are for logs and status only).
+pub const MAX_ERROR_BYTES: usize = 4096;
+/// Most controllers one worker may run, and most mappings or kinds one spec may name.
+pub const MAX_CONTROLLERS: usize = 256;
+/// Longest backoff a spec may ask for: a day (client-go's default maximum is 1000 s).
+const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
+/// Bounds of a spec's bucket: slower than one item per 100 s stalls a controller; faster than this is
+/// no limit at all.
+const BUCKET_QPS_RANGE: std::ops::RangeInclusive<f64> = 0.01..=100_000.0;
+const MAX_BUCKET_BURST: u32 = 100_000;
+
 /// A worker's first message on a stream.
 #[derive(Debug, Clone)]
 pub struct Hello {
@@ -143,24 +186,106 @@ fn kind(k: Option<proto::ResourceKind>, field: &'static str) -> Result<ResourceK
     Ok(k)
 }
 
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConvertError {
+    ConvertError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// A controller name: a DNS-1123 label, like kube-controller-manager's (`replicaset`, `garbagecollector`).
+fn controller_name(name: &str, field: &'static str) -> Result<(), ConvertError> {
+    flotilla_common::validate_label(name).map_err(|reason| invalid(field, reason))
+}
+
+fn key(key: &str, field: &'static str) -> Result<(), ConvertError> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(invalid(
+            field,
+            format!("must be 1 to {MAX_KEY_BYTES} bytes, not {}", key.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn at_most<T>(items: &[T], max: usize, field: &'static str) -> Result<(), ConvertError> {
+    if items.len() > max {
+        return Err(invalid(
+            field,
+            format!("at most {max} entries, not {}", items.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// A field path of a mapping rule (`spec.selector`): short, dotted, no empty segment.
+fn field_path(path: &str, field: &'static str) -> Result<(), ConvertError> {
+    if path.is_empty() || path.len() > 253 || path.split('.').any(str::is_empty) {
+        return Err(invalid(
+            field,
+            "must be a dotted path of 1 to 253 characters",
+        ));
+    }
+    Ok(())
+}
+
 impl TryFrom<proto::ControllerSpec> for ControllerSpec {
     type Error = ConvertError;
 
+    /// Checks every field: a name that is a DNS-1123 label, at most [`MAX_CONTROLLERS`] mappings and
+    /// kinds of each sort, a resync in [`RESYNC_RANGE`] (or none), a rate limiter within bounds. Specs
+    /// loaded from etcd go through here too.
     fn try_from(s: proto::ControllerSpec) -> Result<Self, ConvertError> {
-        if s.name.is_empty() || s.name.len() > 253 {
-            return Err(ConvertError::Invalid {
-                field: "spec.name",
-                reason: "must be 1 to 253 characters".into(),
-            });
+        controller_name(&s.name, "spec.name")?;
+        at_most(&s.mappings, MAX_CONTROLLERS, "spec.mappings")?;
+        at_most(&s.prefetch_owned, MAX_CONTROLLERS, "spec.prefetch_owned")?;
+        at_most(&s.watches, MAX_CONTROLLERS, "spec.watches")?;
+        let resync = match s.resync_seconds {
+            0 => None,
+            secs => {
+                let resync = Duration::from_secs(secs);
+                if !RESYNC_RANGE.contains(&resync) {
+                    return Err(invalid(
+                        "spec.resync_seconds",
+                        format!("must be 0 (none) or 1 to 86400 seconds, not {secs}"),
+                    ));
+                }
+                Some(resync)
+            }
+        };
+        if Duration::from_millis(s.backoff_base_ms) > MAX_BACKOFF
+            || Duration::from_millis(s.backoff_max_ms) > MAX_BACKOFF
+        {
+            return Err(invalid(
+                "spec.backoff_ms",
+                "backoff delays must be at most a day",
+            ));
+        }
+        if s.bucket_qps != 0.0 && !BUCKET_QPS_RANGE.contains(&s.bucket_qps) {
+            return Err(invalid(
+                "spec.bucket_qps",
+                format!(
+                    "must be 0 (default) or 0.01 to 100000, not {}",
+                    s.bucket_qps
+                ),
+            ));
+        }
+        if s.bucket_burst > MAX_BUCKET_BURST {
+            return Err(invalid(
+                "spec.bucket_burst",
+                format!("must be at most {MAX_BUCKET_BURST}, not {}", s.bucket_burst),
+            ));
         }
         let mut mappings = Vec::with_capacity(s.mappings.len());
         for m in s.mappings {
             let rule = match m.rule {
                 Some(proto::mapping::Rule::Owner(_)) => MappingRule::Owner,
-                Some(proto::mapping::Rule::Selector(r)) if !r.selector_path.is_empty() => {
+                Some(proto::mapping::Rule::Selector(r)) => {
+                    field_path(&r.selector_path, "mapping.selector_path")?;
                     MappingRule::Selector(r.selector_path)
                 }
-                Some(proto::mapping::Rule::Field(r)) if !r.field_path.is_empty() => {
+                Some(proto::mapping::Rule::Field(r)) => {
+                    field_path(&r.field_path, "mapping.field_path")?;
                     MappingRule::Field(r.field_path)
                 }
                 _ => return Err(ConvertError::Missing("mapping.rule")),
@@ -211,7 +336,7 @@ impl TryFrom<proto::ControllerSpec> for ControllerSpec {
                 .into_iter()
                 .map(|k| kind(Some(k), "spec.watches"))
                 .collect::<Result<_, _>>()?,
-            resync: (s.resync_seconds > 0).then(|| Duration::from_secs(s.resync_seconds)),
+            resync,
             rate_limiter,
         })
     }
@@ -221,40 +346,59 @@ fn nonzero_ms(ms: u64) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
 }
 
-impl TryFrom<proto::Hello> for Hello {
-    type Error = ConvertError;
-
-    fn try_from(h: proto::Hello) -> Result<Self, ConvertError> {
+impl Hello {
+    /// Converts and checks a Hello: a worker id that is a DNS-1123 subdomain, at most
+    /// [`MAX_CONTROLLERS`] controllers, each with a valid spec, a concurrency in
+    /// `1..=limits.max_concurrency`, no controller twice, and held items with bounded names and keys.
+    ///
+    /// # Errors
+    /// The first field that fails, as a [`ConvertError`]; the edge answers `INVALID_ARGUMENT` with it.
+    pub fn from_proto(h: proto::Hello, limits: &Limits) -> Result<Self, ConvertError> {
         if h.worker_id.is_empty() {
             return Err(ConvertError::Missing("hello.worker_id"));
         }
-        let controllers = h
-            .controllers
-            .into_iter()
-            .map(|c| {
-                let spec = ControllerSpec::try_from(
-                    c.spec.ok_or(ConvertError::Missing("controllers.spec"))?,
-                )?;
-                if c.concurrency == 0 {
-                    return Err(ConvertError::Invalid {
-                        field: "controllers.concurrency",
-                        reason: format!("controller {} has concurrency 0", spec.name),
-                    });
-                }
-                Ok((spec, c.concurrency))
-            })
-            .collect::<Result<_, _>>()?;
+        flotilla_common::validate_subdomain(&h.worker_id)
+            .map_err(|reason| invalid("hello.worker_id", reason))?;
+        if h.lease_id == 0 {
+            return Err(ConvertError::Missing("hello.lease_id"));
+        }
+        at_most(&h.controllers, MAX_CONTROLLERS, "hello.controllers")?;
+        let mut controllers: Vec<(ControllerSpec, u32)> = Vec::with_capacity(h.controllers.len());
+        for c in h.controllers {
+            let spec =
+                ControllerSpec::try_from(c.spec.ok_or(ConvertError::Missing("controllers.spec"))?)?;
+            if c.concurrency == 0 || c.concurrency > limits.max_concurrency {
+                return Err(invalid(
+                    "controllers.concurrency",
+                    format!(
+                        "controller {} has concurrency {}; it must be 1 to {}",
+                        spec.name, c.concurrency, limits.max_concurrency
+                    ),
+                ));
+            }
+            if controllers.iter().any(|(s, _)| s.name == spec.name) {
+                return Err(invalid(
+                    "controllers.spec.name",
+                    format!("controller {} is listed twice", spec.name),
+                ));
+            }
+            controllers.push((spec, c.concurrency));
+        }
         let held = h
             .held
             .into_iter()
-            .map(|i| Held {
-                controller: i.controller,
-                key: i.key,
-                shard: i.shard,
-                item_id: i.item_id,
-                term: i.term,
+            .map(|i| {
+                controller_name(&i.controller, "held.controller")?;
+                key(&i.key, "held.key")?;
+                Ok(Held {
+                    controller: i.controller,
+                    key: i.key,
+                    shard: i.shard,
+                    item_id: i.item_id,
+                    term: i.term,
+                })
             })
-            .collect();
+            .collect::<Result<_, ConvertError>>()?;
         Ok(Self {
             worker_id: h.worker_id,
             lease_id: h.lease_id,
@@ -265,15 +409,44 @@ impl TryFrom<proto::Hello> for Hello {
     }
 }
 
+/// A worker's grant of more items of a controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credit {
+    pub controller: String,
+    pub n: u32,
+}
+
+impl Credit {
+    /// Converts and checks a Credit: a controller name that is a DNS-1123 label and `n` in
+    /// `1..=limits.max_concurrency` (the dispatcher further caps credits at the worker's advertised
+    /// concurrency minus what it holds).
+    ///
+    /// # Errors
+    /// The failing field as a [`ConvertError`].
+    pub fn from_proto(c: proto::Credit, limits: &Limits) -> Result<Self, ConvertError> {
+        controller_name(&c.controller, "credit.controller")?;
+        if c.n == 0 || c.n > limits.max_concurrency {
+            return Err(invalid(
+                "credit.n",
+                format!("must be 1 to {}, not {}", limits.max_concurrency, c.n),
+            ));
+        }
+        Ok(Self {
+            controller: c.controller,
+            n: c.n,
+        })
+    }
+}
+
 impl TryFrom<proto::Done> for Done {
     type Error = ConvertError;
 
     fn try_from(d: proto::Done) -> Result<Self, ConvertError> {
         let outcome = match proto::Outcome::try_from(d.outcome) {
             Ok(proto::Outcome::Success) => Outcome::Success,
-            Ok(proto::Outcome::RequeueAfter) => {
-                Outcome::RequeueAfter(Duration::from_millis(d.requeue_after_ms))
-            }
+            Ok(proto::Outcome::RequeueAfter) => Outcome::RequeueAfter(
+                Duration::from_millis(d.requeue_after_ms).min(MAX_REQUEUE_AFTER),
+            ),
             Ok(proto::Outcome::Error) => Outcome::Error,
             _ => {
                 return Err(ConvertError::Invalid {
@@ -300,6 +473,13 @@ impl TryFrom<proto::Done> for Done {
                 // resourceVersions are opaque by contract but etcd revisions in every etcd-backed API
                 // server; one that is not a number cannot be compared, so it gets no read-your-writes
                 // hold (the write is still applied, only not waited for).
+                if w.resource_version.len() > MAX_RESOURCE_VERSION_BYTES {
+                    return Err(invalid(
+                        "write.resource_version",
+                        format!("longer than {MAX_RESOURCE_VERSION_BYTES} bytes"),
+                    ));
+                }
+                key(&w.key, "write.key")?;
                 let resource_version = w.resource_version.parse().ok();
                 Ok(Write {
                     kind: kind(w.kind, "write.kind")?,
@@ -309,13 +489,21 @@ impl TryFrom<proto::Done> for Done {
                 })
             })
             .partition(Result::is_ok);
+        let mut error = d.error;
+        if error.len() > MAX_ERROR_BYTES {
+            let mut at = MAX_ERROR_BYTES;
+            while !error.is_char_boundary(at) {
+                at -= 1;
+            }
+            error.truncate(at);
+        }
         Ok(Self {
             item_id: d.item_id,
             term: d.term,
             outcome,
             writes: writes.into_iter().filter_map(Result::ok).collect(),
             invalid_writes: invalid_writes.into_iter().filter_map(Result::err).collect(),
-            error: d.error,
+            error,
         })
     }
 }
@@ -324,6 +512,7 @@ impl TryFrom<proto::Done> for Done {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn a_done_with_an_unreadable_write_still_finishes_and_names_the_write() {
@@ -350,6 +539,185 @@ mod tests {
         assert_eq!(done.writes.len(), 1);
         assert_eq!(done.writes[0].resource_version, Some(7));
         assert_eq!(done.invalid_writes.len(), 1);
+    }
+
+    fn kind_strategy() -> impl Strategy<Value = Option<proto::ResourceKind>> {
+        let part = || prop_oneof!["[a-z]{0,8}", "\\PC{0,70}", Just("a/b".to_owned())];
+        proptest::option::of((part(), part(), part(), part(), any::<bool>()).prop_map(
+            |(group, version, kind, plural, namespaced)| proto::ResourceKind {
+                group,
+                version,
+                kind,
+                plural,
+                namespaced,
+            },
+        ))
+    }
+
+    fn name_strategy() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z][a-z0-9-]{0,10}",
+            "\\PC{0,80}",
+            (0usize..4).prop_map(|n| "w".repeat(60 + 100 * n)),
+        ]
+    }
+
+    prop_compose! {
+        fn spec_strategy()(
+            name in name_strategy(),
+            primary in kind_strategy(),
+            watches in proptest::collection::vec(kind_strategy().prop_filter_map("some", |k| k), 0..3),
+            resync_seconds in prop_oneof![Just(0u64), 0u64..200_000, Just(u64::MAX)],
+            backoff_base_ms in prop_oneof![Just(0u64), any::<u64>()],
+            backoff_max_ms in prop_oneof![Just(0u64), any::<u64>()],
+            bucket_qps in prop_oneof![Just(0.0f64), any::<f64>()],
+            bucket_burst in any::<u32>(),
+            owner_graph in any::<bool>(),
+        ) -> proto::ControllerSpec {
+            proto::ControllerSpec {
+                name, primary, mappings: vec![], prefetch_owned: vec![], watches, resync_seconds,
+                backoff_base_ms, backoff_max_ms, bucket_qps, bucket_burst, owner_graph,
+            }
+        }
+    }
+
+    proptest! {
+        /// Whatever bytes arrive, decoding and conversion end in a value or an error, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic_decoding_or_conversion(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            use prost::Message;
+            let limits = Limits::default();
+            if let Ok(message) = proto::WorkerMessage::decode(bytes.as_slice()) {
+                match message.msg {
+                    Some(proto::worker_message::Msg::Hello(h)) => { let _ = Hello::from_proto(h, &limits); }
+                    Some(proto::worker_message::Msg::Credit(c)) => { let _ = Credit::from_proto(c, &limits); }
+                    Some(proto::worker_message::Msg::Done(batch)) => {
+                        for d in batch.items { let _ = Done::try_from(d); }
+                    }
+                    None => {}
+                }
+            }
+            if let Ok(spec) = proto::ControllerSpec::decode(bytes.as_slice()) {
+                let _ = ControllerSpec::try_from(spec);
+            }
+        }
+
+        /// A Hello that converts keeps every bound the dispatcher relies on.
+        #[test]
+        fn a_converted_hello_is_within_every_bound(
+            worker_id in name_strategy(),
+            lease_id in any::<i64>(),
+            controllers in proptest::collection::vec((spec_strategy(), any::<u32>()), 0..4),
+            held_keys in proptest::collection::vec(prop_oneof!["[a-z/]{1,20}", (0usize..3).prop_map(|n| "k".repeat(1000 + n * 30))], 0..3),
+        ) {
+            let limits = Limits::default();
+            let hello = proto::Hello {
+                worker_id,
+                lease_id,
+                controllers: controllers
+                    .into_iter()
+                    .map(|(spec, concurrency)| proto::ControllerCapacity { spec: Some(spec), concurrency })
+                    .collect(),
+                known_term: 0,
+                held: held_keys
+                    .into_iter()
+                    .map(|key| proto::HeldItem { controller: "c".into(), key, ..Default::default() })
+                    .collect(),
+            };
+            if let Ok(h) = Hello::from_proto(hello, &limits) {
+                prop_assert!(flotilla_common::validate_subdomain(&h.worker_id).is_ok());
+                for (spec, concurrency) in &h.controllers {
+                    prop_assert!((1..=limits.max_concurrency).contains(concurrency));
+                    prop_assert!(flotilla_common::validate_label(&spec.name).is_ok());
+                    if let Some(resync) = spec.resync {
+                        prop_assert!(RESYNC_RANGE.contains(&resync));
+                        prop_assert!(std::time::Instant::now().checked_add(resync).is_some());
+                    }
+                    prop_assert!(spec.rate_limiter.validate().is_ok());
+                    prop_assert!(spec.kinds().iter().all(|k| k.validate().is_ok()));
+                }
+                prop_assert!(h.held.iter().all(|i| !i.key.is_empty() && i.key.len() <= MAX_KEY_BYTES));
+                let sum = h.controllers.iter().fold(0u32, |s, (_, c)| s.saturating_add(*c));
+                prop_assert!(u64::from(sum) <= u64::from(limits.max_concurrency) * MAX_CONTROLLERS as u64);
+            }
+        }
+
+        /// A Done or Credit that converts is bounded too.
+        #[test]
+        fn a_converted_done_or_credit_is_within_every_bound(
+            outcome in 0i32..5,
+            requeue_after_ms in any::<u64>(),
+            error in prop_oneof!["\\PC{0,10}", (0usize..3).prop_map(|n| "é".repeat(2000 + n))],
+            resource_version in prop_oneof!["[0-9]{1,25}", "\\PC{0,80}"],
+            key in name_strategy(),
+            credit_n in any::<u32>(),
+            credit_controller in name_strategy(),
+        ) {
+            let done = proto::Done {
+                item_id: 1,
+                outcome,
+                requeue_after_ms,
+                writes: vec![proto::Write {
+                    kind: Some(proto::ResourceKind { group: String::new(), version: "v1".into(), kind: "ConfigMap".into(), plural: "configmaps".into(), namespaced: true }),
+                    key,
+                    resource_version,
+                    op: proto::WriteOp::Update.into(),
+                }],
+                error,
+                term: 1,
+            };
+            if let Ok(d) = Done::try_from(done) {
+                if let Outcome::RequeueAfter(after) = d.outcome {
+                    prop_assert!(after <= MAX_REQUEUE_AFTER);
+                }
+                prop_assert!(d.error.len() <= MAX_ERROR_BYTES);
+                prop_assert!(d.writes.iter().all(|w| w.key.len() <= MAX_KEY_BYTES));
+            }
+            let limits = Limits::default();
+            if let Ok(c) = Credit::from_proto(proto::Credit { controller: credit_controller, n: credit_n }, &limits) {
+                prop_assert!((1..=limits.max_concurrency).contains(&c.n));
+            }
+        }
+    }
+
+    #[test]
+    fn a_hello_with_a_huge_worker_id_or_resync_or_concurrency_is_refused_naming_the_field() {
+        let limits = Limits::default();
+        let spec = |resync_seconds| proto::ControllerSpec {
+            name: "journal".into(),
+            primary: Some(proto::ResourceKind {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+                plural: "configmaps".into(),
+                namespaced: true,
+            }),
+            resync_seconds,
+            ..Default::default()
+        };
+        let hello = |worker_id: String, resync, concurrency| proto::Hello {
+            worker_id,
+            lease_id: 1,
+            controllers: vec![proto::ControllerCapacity {
+                spec: Some(spec(resync)),
+                concurrency,
+            }],
+            ..Default::default()
+        };
+        let refused = |h| match Hello::from_proto(h, &limits) {
+            Err(ConvertError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(refused(hello("w".repeat(2 << 20), 0, 1)), "hello.worker_id");
+        assert_eq!(
+            refused(hello("w0".into(), u64::MAX, 1)),
+            "spec.resync_seconds"
+        );
+        assert_eq!(
+            refused(hello("w0".into(), 0, u32::MAX)),
+            "controllers.concurrency"
+        );
+        assert!(Hello::from_proto(hello("w0".into(), 30, 10_000), &limits).is_ok());
     }
 
     #[test]

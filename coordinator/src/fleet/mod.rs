@@ -1,6 +1,7 @@
 //! The fleet core of the leader: the dispatcher (queues, shards, workers, read-your-writes) and the
 //! domain types its gRPC edge converts peer messages into.
 
+mod access;
 mod dispatcher;
 mod expectations;
 mod mapping;
@@ -10,8 +11,9 @@ mod shards;
 mod spec_codec;
 mod workers;
 
+pub use access::{AccessDenied, CacheAccess};
 pub use dispatcher::{Command, DISCOVERY_PERIOD, DispatcherHandle, TermContext, spawn};
-pub use messages::{Done, Hello};
+pub use messages::{Credit, Done, Hello, Limits};
 
 /// What a stored controller spec (etcd `controllers/<name>`) needs informers for: the kinds it names,
 /// and whether it works on the owner graph (so needs every discovered deletable resource too). Nothing

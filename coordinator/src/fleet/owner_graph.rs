@@ -45,6 +45,18 @@ impl OwnerGraph {
         self.controllers.len() == 1
     }
 
+    /// Stops routing keys to `controller` (it was retired); true if no owner-graph controller is left
+    /// (discovery may stop, and the discovered kinds' informers are needed by nobody).
+    pub fn remove_controller(&mut self, controller: &str) -> bool {
+        self.controllers.retain(|c| c != controller);
+        self.controllers.is_empty()
+    }
+
+    /// Whether any owner-graph controller is routed.
+    pub fn has_controllers(&self) -> bool {
+        !self.controllers.is_empty()
+    }
+
     /// Whether `controller` is routed by the graph.
     pub fn routes(&self, controller: &str) -> bool {
         self.controllers.iter().any(|c| c == controller)

@@ -110,3 +110,29 @@ impl WorkerState {
         self.in_flight.values().sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever credits a worker grants, in whatever order, the leader never has more of a
+        /// controller in flight and in credit than the concurrency the worker advertised.
+        #[test]
+        fn credits_never_exceed_the_advertised_concurrency_minus_what_it_holds(
+            limit in 1u32..10_000,
+            held in 0u32..12_000,
+            grants in proptest::collection::vec(any::<u32>(), 1..10),
+        ) {
+            let mut w = WorkerState::registered("w0", 1, 1, Instant::now());
+            w.concurrency.insert("c".into(), limit);
+            w.in_flight.insert("c".into(), held);
+            for n in grants {
+                prop_assert!(w.grant("c", n));
+                prop_assert!(w.credits("c") <= limit.saturating_sub(held));
+            }
+            prop_assert!(!w.grant("unknown", 1));
+        }
+    }
+}

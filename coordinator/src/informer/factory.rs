@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use flotilla_common::ResourceKind;
 use kube::api::{Api, DynamicObject};
@@ -33,12 +34,33 @@ struct Inner {
     metrics: InformerMetrics,
     /// Parent of every informer task's token; cancelled by `shutdown` and when the last clone drops.
     cancel: CancellationToken,
+    unserved_after: Duration,
 }
 
 struct Running {
     store: Store,
     synced: Arc<AtomicBool>,
+    unserved: Arc<AtomicBool>,
+    /// Stops this informer alone ([`Informers::remove`]).
+    cancel: CancellationToken,
 }
+
+/// One informer as [`Informers::kinds`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InformerStatus {
+    /// The kind watched.
+    pub kind: ResourceKind,
+    /// Whether its first list completed (stays true through relists).
+    pub synced: bool,
+    /// Whether it stopped because the API server does not serve the kind.
+    pub unserved: bool,
+    /// Objects in its cache.
+    pub objects: usize,
+}
+
+/// How long a kind may answer nothing but 404 before its informer stops, unless configured: long enough
+/// for a CRD applied together with the fleet to become established.
+pub const DEFAULT_UNSERVED_AFTER: Duration = Duration::from_secs(60);
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -51,6 +73,16 @@ impl Informers {
     /// (`flotilla_informer_errors_total{kind}`, `flotilla_informer_events_total{kind,event}`,
     /// `flotilla_informer_objects{kind}`) registered in `metrics`. Starts nothing yet.
     pub fn new(client: kube::Client, metrics: &mut Registry) -> Self {
+        Self::with_unserved_after(client, metrics, DEFAULT_UNSERVED_AFTER)
+    }
+
+    /// As [`Informers::new`], with informers of kinds that answer only 404 stopping after
+    /// `unserved_after` instead of [`DEFAULT_UNSERVED_AFTER`].
+    pub fn with_unserved_after(
+        client: kube::Client,
+        metrics: &mut Registry,
+        unserved_after: Duration,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 client,
@@ -58,6 +90,7 @@ impl Informers {
                 subscriber: Subscriber::default(),
                 metrics: InformerMetrics::register(metrics),
                 cancel: CancellationToken::new(),
+                unserved_after,
             }),
         }
     }
@@ -65,19 +98,50 @@ impl Informers {
     /// Starts the informer of `kind` unless it runs already (idempotent). The task lists, then
     /// watches from the list's resourceVersion with bookmarks, relists on 410 Gone and retries
     /// failures with kube-rs's default backoff (0.8 s doubling to 30 s) until [`Informers::shutdown`].
-    /// A kind the API server does not serve simply stays unsynced. Does nothing after shutdown.
+    /// A kind the API server does not serve stays unsynced, and its informer stops once it has
+    /// answered only 404 for the unserved bound ([`InformerStatus::unserved`]); `ensure` leaves it
+    /// stopped, [`Informers::retry_unserved`] starts it afresh. Does nothing after shutdown.
     ///
     /// # Panics
     /// Outside a Tokio runtime (it spawns the informer task).
     pub fn ensure(&self, kind: &ResourceKind) {
         let mut running = self.inner.running.lock();
-        if running.contains_key(kind) || self.inner.cancel.is_cancelled() {
+        if running.contains_key(kind) {
             return;
         }
+        self.start(&mut running, kind);
+    }
+
+    /// Starts afresh every informer that stopped because its kind was not served (a CRD may have been
+    /// created since); returns how many.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn retry_unserved(&self) -> usize {
+        let mut running = self.inner.running.lock();
+        let unserved: Vec<ResourceKind> = running
+            .iter()
+            .filter(|(_, r)| r.unserved.load(Ordering::Acquire))
+            .map(|(kind, _)| kind.clone())
+            .collect();
+        for kind in &unserved {
+            tracing::debug!(%kind, "retrying an informer of a kind that was not served");
+            self.start(&mut running, kind);
+        }
+        unserved.len()
+    }
+
+    fn start(&self, running: &mut BTreeMap<ResourceKind, Running>, kind: &ResourceKind) {
+        if self.inner.cancel.is_cancelled() {
+            return;
+        }
+        let cancel = self.inner.cancel.child_token();
         let state = InformerState {
             kind: kind.clone(),
             store: Store::default(),
             synced: Arc::default(),
+            unserved: Arc::default(),
+            unserved_after: self.inner.unserved_after,
             subscriber: self.inner.subscriber.clone(),
             metrics: self.inner.metrics.clone(),
         };
@@ -86,6 +150,8 @@ impl Informers {
             Running {
                 store: state.store.clone(),
                 synced: state.synced.clone(),
+                unserved: state.unserved.clone(),
+                cancel: cancel.clone(),
             },
         );
         let api: Api<DynamicObject> =
@@ -94,7 +160,18 @@ impl Informers {
         let events = watcher(api, watcher::Config::default()).default_backoff();
         let span = tracing::info_span!("informer", kind = %kind);
         tracing::info!(%kind, "starting informer");
-        tokio::spawn(run_informer(state, events, self.inner.cancel.child_token()).instrument(span));
+        tokio::spawn(run_informer(state, events, cancel).instrument(span));
+    }
+
+    /// Stops the informer of `kind` and forgets its cache (a retired controller's kind that no other
+    /// controller needs). Events already sent stay sent. Returns whether it was running.
+    pub fn remove(&self, kind: &ResourceKind) -> bool {
+        let removed = self.inner.running.lock().remove(kind);
+        if let Some(r) = &removed {
+            r.cancel.cancel();
+            tracing::info!(%kind, "stopped informer");
+        }
+        removed.is_some()
     }
 
     /// The client the informers list and watch with.
@@ -125,18 +202,18 @@ impl Informers {
         self.inner.running.lock().get(kind).map(|r| r.store.clone())
     }
 
-    /// Every ensured kind with whether it is synced and how many objects it caches, in kind order.
-    pub fn kinds(&self) -> Vec<(ResourceKind, bool, usize)> {
+    /// Every ensured kind with whether it is synced or unserved and how many objects it caches, in
+    /// kind order.
+    pub fn kinds(&self) -> Vec<InformerStatus> {
         self.inner
             .running
             .lock()
             .iter()
-            .map(|(kind, r)| {
-                (
-                    kind.clone(),
-                    r.synced.load(Ordering::Acquire),
-                    r.store.len(),
-                )
+            .map(|(kind, r)| InformerStatus {
+                kind: kind.clone(),
+                synced: r.synced.load(Ordering::Acquire),
+                unserved: r.unserved.load(Ordering::Acquire),
+                objects: r.store.len(),
             })
             .collect()
     }
@@ -198,7 +275,17 @@ mod tests {
         assert!(informers.store(&pods()).is_none());
         informers.ensure(&pods());
         informers.ensure(&pods());
-        assert_eq!(informers.kinds(), [(pods(), false, 0)]);
+        assert_eq!(
+            informers.kinds(),
+            [InformerStatus {
+                kind: pods(),
+                synced: false,
+                unserved: false,
+                objects: 0
+            }]
+        );
+        assert!(informers.remove(&pods()));
+        assert!(informers.kinds().is_empty());
         assert!(!informers.is_synced(&pods()));
         informers.shutdown();
     }

@@ -15,7 +15,7 @@ mod watch;
 pub use discovery::deletable_resources;
 pub use error::InformerError;
 pub use event::InformerEvent;
-pub use factory::Informers;
+pub use factory::{InformerStatus, Informers};
 pub use object::{CachedObject, OwnerRef};
 pub use store::Store;
 

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use flotilla_common::ResourceKind;
 use futures::{Stream, StreamExt};
@@ -21,11 +22,17 @@ pub(crate) struct InformerState {
     pub(crate) kind: ResourceKind,
     pub(crate) store: Store,
     pub(crate) synced: Arc<AtomicBool>,
+    /// Set when the task gave up on a kind the API server does not serve (see `unserved_after`).
+    pub(crate) unserved: Arc<AtomicBool>,
+    /// How long a never-synced kind may keep answering 404 before its informer stops.
+    pub(crate) unserved_after: Duration,
     pub(crate) subscriber: Subscriber,
     pub(crate) metrics: InformerMetrics,
 }
 
-/// Runs until `cancel` fires or `events` ends (a kube-rs watcher with backoff never ends).
+/// Runs until `cancel` fires, `events` ends (a kube-rs watcher with backoff never ends), or the kind
+/// has answered 404 since the start for `unserved_after` without ever syncing: the API server does not
+/// serve it, and the task stops rather than retry forever (`unserved` is then set).
 ///
 /// Every change is applied to the store before its event is sent, and events are sent in the
 /// order they were applied. A (re)list is buffered from `Init` to `InitDone` and then replaces
@@ -39,6 +46,7 @@ where
         state,
         listing: Vec::new(),
         logged_errors: HashSet::new(),
+        not_found_since: None,
     };
     loop {
         let event = tokio::select! {
@@ -49,7 +57,11 @@ where
         match event {
             None => return,
             Some(Ok(event)) => task.handle(event),
-            Some(Err(error)) => task.watch_failed(&error),
+            Some(Err(error)) => {
+                if task.watch_failed(&error) {
+                    return;
+                }
+            }
         }
     }
 }
@@ -60,6 +72,20 @@ struct Task {
     listing: Vec<Arc<CachedObject>>,
     /// Error messages already logged since the last successful list.
     logged_errors: HashSet<String>,
+    /// Since when every failure of a never-synced informer has been a 404.
+    not_found_since: Option<tokio::time::Instant>,
+}
+
+/// Whether the API server answered that it does not serve the resource.
+fn is_not_found(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => {
+            matches!(e, kube::Error::Api(status) if status.code == 404)
+        }
+        _ => false,
+    }
 }
 
 impl Task {
@@ -131,20 +157,33 @@ impl Task {
         self.state.subscriber.send(event);
     }
 
-    /// Counts every failure and logs each distinct message once until the next successful list:
-    /// a kind the API server does not serve (a CRD not yet created) retries with backoff forever
-    /// and must not flood the log.
-    fn watch_failed(&mut self, error: &watcher::Error) {
+    /// Counts every failure and logs each distinct message once until the next successful list, so a
+    /// retrying informer does not flood the log. Returns true when the task should stop: the kind has
+    /// never synced and has answered nothing but 404 for `unserved_after`.
+    fn watch_failed(&mut self, error: &watcher::Error) -> bool {
         self.state.metrics.error(&self.state.kind.to_string());
+        if !self.state.synced.load(Ordering::Acquire) && is_not_found(error) {
+            let now = tokio::time::Instant::now();
+            let since = *self.not_found_since.get_or_insert(now);
+            if now.duration_since(since) >= self.state.unserved_after {
+                self.state.unserved.store(true, Ordering::Release);
+                tracing::warn!(kind = %self.state.kind, after = ?self.state.unserved_after,
+                    "the API server does not serve this kind; stopping its informer (flotilla status lists it)");
+                return true;
+            }
+        } else {
+            self.not_found_since = None;
+        }
         let message = error.to_string();
         if self.logged_errors.contains(&message) {
-            return;
+            return false;
         }
         if self.logged_errors.len() >= MAX_REMEMBERED_ERRORS {
             self.logged_errors.clear();
         }
         tracing::warn!(kind = %self.state.kind, error = %message, "list/watch failed; retrying with backoff");
         self.logged_errors.insert(message);
+        false
     }
 }
 
@@ -175,6 +214,8 @@ mod tests {
             kind: kind(),
             store: Store::default(),
             synced: Arc::default(),
+            unserved: Arc::default(),
+            unserved_after: Duration::from_secs(60),
             subscriber,
             metrics: InformerMetrics::default(),
         };
@@ -332,6 +373,7 @@ mod tests {
                 .with_code(404),
             )))
         };
+        let unserved = state.unserved.clone();
         run_informer(
             state,
             futures::stream::iter([Err(not_found()), Err(not_found()), Err(not_found())]),
@@ -339,8 +381,41 @@ mod tests {
         )
         .await;
         assert!(!synced.load(Ordering::Acquire));
+        assert!(
+            !unserved.load(Ordering::Acquire),
+            "three quick 404s are within the bound"
+        );
         assert_eq!(metrics.errors_of("v1/pods"), 3);
         assert!(drain(&mut rx).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_informer_that_answers_only_404_for_the_bound_stops_and_says_the_kind_is_unserved() {
+        let (mut state, _rx) = state();
+        state.unserved_after = Duration::from_secs(10);
+        let unserved = state.unserved.clone();
+        let not_found = || {
+            watcher::Error::InitialListFailed(kube::Error::Api(Box::new(
+                Status::failure(
+                    "the server could not find the requested resource",
+                    "NotFound",
+                )
+                .with_code(404),
+            )))
+        };
+        // A 404 every 3 s, forever: the task must end on its own once 10 s have passed.
+        let stream = futures::stream::unfold((), move |()| async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            Some((Err(not_found()), ()))
+        });
+        let started = tokio::time::Instant::now();
+        run_informer(state, stream, CancellationToken::new()).await;
+        assert!(unserved.load(Ordering::Acquire));
+        let took = started.elapsed();
+        assert!(
+            (Duration::from_secs(10)..Duration::from_secs(16)).contains(&took),
+            "{took:?}"
+        );
     }
 
     #[tokio::test]

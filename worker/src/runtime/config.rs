@@ -73,11 +73,9 @@ impl WorkerConfig {
     /// [`ConfigError::Invalid`] naming the first bad value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |m: String| Err(ConfigError::Invalid(m));
-        if self.worker_id.is_empty() || self.worker_id.contains('/') {
-            return invalid(format!(
-                "worker id {:?} must be non-empty and contain no '/'",
-                self.worker_id
-            ));
+        // The coordinator refuses a Hello whose id is not a DNS-1123 subdomain; say so at start-up.
+        if let Err(reason) = flotilla_common::validate_subdomain(&self.worker_id) {
+            return invalid(format!("--worker-id {:?} {reason}", self.worker_id));
         }
         if self.fleet.is_empty() || self.fleet.contains('/') {
             return invalid(format!(

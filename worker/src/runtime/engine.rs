@@ -27,7 +27,9 @@ use super::ledger::{Admission, Assigned, Ledger};
 use super::metrics::{ControllerMetrics, Metrics};
 use super::outbox::{FLUSH_INTERVAL, Outbox};
 use super::recording::Write;
-use crate::sdk::{CacheSlot, Context, ControllerEnv, DynController, Outcome, WorkItem};
+use crate::sdk::{
+    CacheEndpoint, CacheSlot, Context, ControllerEnv, DynController, Outcome, WorkItem,
+};
 
 /// How long opening a stream to the leader may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -425,7 +427,11 @@ impl<'a> SessionRun<'a> {
             return;
         }
         stream.welcomed = true;
-        *self.shared.cache_channel.write() = Some(stream.connection.channel.clone());
+        *self.shared.cache_channel.write() = Some(CacheEndpoint {
+            channel: stream.connection.channel.clone(),
+            worker_id: self.shared.worker_id.clone(),
+            lease_id: self.session.lease_id(),
+        });
         self.rejected.clear();
         for rejected in welcome.rejected {
             warn!(controller = %rejected.controller, reason = %rejected.reason, "the coordinator refused a controller");

@@ -104,12 +104,25 @@ pub fn concurrency_value(matches: &clap::ArgMatches, controller: &str) -> Option
         .copied()
 }
 
-/// `<hostname>-<5 random characters>`: unique per process even when pods share a hostname.
+/// `<hostname>-<5 random characters>`: unique per process even when pods share a hostname. Lowercased,
+/// with characters a DNS-1123 subdomain cannot hold turned into `-`, since the coordinator accepts only
+/// such worker ids.
 pub fn default_worker_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
+        .map(|h| {
+            h.trim()
+                .chars()
+                .take(240)
+                .map(|c| match c.to_ascii_lowercase() {
+                    c @ ('a'..='z' | '0'..='9' | '.' | '-') => c,
+                    _ => '-',
+                })
+                .collect::<String>()
+                .trim_matches(|c| c == '-' || c == '.')
+                .to_owned()
+        })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "worker".to_owned());
     let suffix: String = rand::rng()
@@ -148,5 +161,10 @@ mod tests {
     #[test]
     fn the_default_worker_id_is_unique_per_call() {
         assert_ne!(default_worker_id(), default_worker_id());
+        assert_eq!(
+            flotilla_common::validate_subdomain(&default_worker_id()),
+            Ok(()),
+            "the coordinator would refuse it"
+        );
     }
 }

@@ -3,6 +3,11 @@
 use flotilla_proto as proto;
 use kube::Resource;
 use serde::de::DeserializeOwned;
+use std::sync::Arc;
+
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use super::kind::{KindScope, kind_of};
@@ -64,22 +69,64 @@ impl CacheQuery {
     }
 }
 
+/// The welcomed leader's channel and who this worker is to it: the leader answers cache reads only for
+/// a worker registered on the lease it names.
+#[derive(Clone, Debug)]
+pub(crate) struct CacheEndpoint {
+    pub(crate) channel: Channel,
+    pub(crate) worker_id: Arc<str>,
+    pub(crate) lease_id: i64,
+}
+
 /// A client of the current leader's cache; cheap to clone.
 #[derive(Clone, Default)]
 pub struct CacheClient {
-    channel: Option<Channel>,
+    endpoint: Option<CacheEndpoint>,
+}
+
+/// Adds the worker's identity to every request.
+#[derive(Clone)]
+struct Identify {
+    worker: MetadataValue<Ascii>,
+    lease: MetadataValue<Ascii>,
+}
+
+impl Interceptor for Identify {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        let metadata = request.metadata_mut();
+        metadata.insert(proto::WORKER_ID_METADATA, self.worker.clone());
+        metadata.insert(proto::LEASE_ID_METADATA, self.lease.clone());
+        Ok(request)
+    }
 }
 
 impl CacheClient {
-    pub(crate) fn new(channel: Option<Channel>) -> Self {
-        Self { channel }
+    pub(crate) fn new(endpoint: Option<CacheEndpoint>) -> Self {
+        Self { endpoint }
     }
 
-    fn client(&self) -> Result<proto::cache_client::CacheClient<Channel>, CacheError> {
-        let channel = self.channel.clone().ok_or(CacheError::NotConnected)?;
-        Ok(proto::cache_client::CacheClient::new(channel)
-            .max_decoding_message_size(proto::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(proto::MAX_MESSAGE_BYTES))
+    fn client(
+        &self,
+    ) -> Result<proto::cache_client::CacheClient<InterceptedService<Channel, Identify>>, CacheError>
+    {
+        let endpoint = self.endpoint.clone().ok_or(CacheError::NotConnected)?;
+        // A worker id is checked at start-up (a DNS-1123 subdomain), so it is valid metadata; a failure
+        // would be a bug, reported as a refused request rather than a panic.
+        let worker = MetadataValue::try_from(&*endpoint.worker_id).map_err(|_| {
+            CacheError::Rpc(tonic::Status::internal("worker id is not valid metadata"))
+        })?;
+        let identify = Identify {
+            worker,
+            lease: MetadataValue::from(endpoint.lease_id),
+        };
+        Ok(
+            proto::cache_client::CacheClient::with_interceptor(endpoint.channel, identify)
+                .max_decoding_message_size(proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(proto::MAX_MESSAGE_BYTES),
+        )
     }
 
     /// The cached object `namespace/name` (`namespace` is ignored for cluster-scoped kinds).

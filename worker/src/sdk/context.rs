@@ -11,9 +11,8 @@ use kube::runtime::events::Recorder;
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
-use super::cache::CacheClient;
+use super::cache::{CacheClient, CacheEndpoint};
 use super::kind::{KindScope, kind_of, same_resource};
 use crate::runtime::{KubeStack, Write, WriteJournal};
 
@@ -47,7 +46,7 @@ struct Inner {
 }
 
 /// The channel to the welcomed leader, shared by the runtime (which sets it) and every context.
-pub(crate) type CacheSlot = Arc<RwLock<Option<Channel>>>;
+pub(crate) type CacheSlot = Arc<RwLock<Option<CacheEndpoint>>>;
 
 /// What every reconcile of one controller on this worker shares; built once, so that starting an item
 /// costs one allocation.

@@ -11,6 +11,7 @@ mod request;
 
 pub use action::Action;
 pub(crate) use action::Outcome;
+pub(crate) use cache::CacheEndpoint;
 pub use cache::{CacheClient, CacheError, CacheQuery};
 pub(crate) use context::{CacheSlot, ControllerEnv};
 pub use context::{Context, ContextError};

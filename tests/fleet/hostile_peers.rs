@@ -1,0 +1,403 @@
+//! Peers that try to take the fleet: a worker advertising boundless capacity, a flood of Done for items
+//! nobody holds, hundreds of streams that never say Hello, clients reading Secrets from the cache, and a
+//! worker that declares a controller and leaves. Each gets a clear error or a bounded effect, exact
+//! counts in `flotilla_bad_input_total`, a few log lines, and the real worker carries on.
+//!
+//! Regression tests of an outside probe's findings: `u32::MAX` capacity took 255 of 256 shards; 200,000
+//! unknown Done ids wrote 200,000 log lines; `Cache.List` of `v1/secrets` started an informer and
+//! handed every Secret to a client that never registered; a stray worker's controller lived forever.
+
+use std::time::Duration;
+
+use flotilla_common::FleetKeys;
+use flotilla_proto as proto;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+
+use super::common::{JOURNAL_LABEL, create_configmaps, journal_worker, reconciled};
+use super::peer::{cache_client, hello_with, kind, open, register, spec};
+use crate::support::cluster::TestCluster;
+use crate::support::fleet::{Fleet, metric};
+use crate::support::namespace::unique_namespace;
+use crate::support::wait::{wait_for, within};
+
+fn secrets() -> proto::ResourceKind {
+    kind("", "v1", "Secret", "secrets")
+}
+
+/// A kind no API server serves.
+fn nothings() -> proto::ResourceKind {
+    kind("example.com", "v1", "Nothing", "nothings")
+}
+
+/// How many lines of the log contain `needle`.
+fn lines_with(log: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle)).count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn boundless_capacity_a_flood_of_done_and_silent_streams_take_neither_the_fleet_nor_the_log()
+{
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "hostile").await;
+    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    let journal = fleet.dir().join("journal.jsonl");
+    let coordinator = fleet.coordinator("c0", &["--worker-hello-timeout", "1s"]);
+    let _w = journal_worker(&fleet, "w0", &journal, 5, 10);
+    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
+    let addr = fleet.leader().await.unwrap().info.address;
+    let (mut etcd, lease) = register(&fleet, "greedy", 30, u32::MAX).await;
+
+    // u32::MAX for one controller is refused; the documented maximum is taken, but weighs at most four
+    // times the median worker (w0 advertises 10): greedy gets 4/5 of the shards, not all of them.
+    let boundless = hello_with(
+        "greedy",
+        lease,
+        vec![(spec("greedy", super::peer::configmaps()), u32::MAX)],
+    );
+    let status = open(&addr, boundless).await.1.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{}", status.message());
+    assert!(
+        status.message().contains("concurrency"),
+        "{}",
+        status.message()
+    );
+    let greedy_hello = hello_with(
+        "greedy",
+        lease,
+        vec![(spec("greedy", super::peer::configmaps()), 10_000)],
+    );
+    let (tx, stream) = open(&addr, greedy_hello).await;
+    let mut stream = stream.unwrap();
+    within(Duration::from_secs(5), "Welcome", stream.message())
+        .await
+        .unwrap()
+        .unwrap();
+    let shares = wait_for(
+        Duration::from_secs(30),
+        "the shards to settle over both workers",
+        || async {
+            let s = fleet.status().await?;
+            let shards = |id: &str| {
+                s.workers
+                    .iter()
+                    .find(|w| w.id == id)
+                    .map_or(0, |w| w.shards)
+            };
+            let (greedy, w0) = (shards("greedy"), shards("w0"));
+            (greedy + w0 == s.shard_count && greedy > 0 && w0 > 0).then_some((
+                greedy,
+                w0,
+                s.shard_count,
+            ))
+        },
+    )
+    .await;
+    let (greedy, w0, total) = shares;
+    assert!(
+        greedy <= total * 4 / 5 + 1 && w0 >= total / 5 - 1,
+        "greedy took {greedy} of {total} shards, w0 kept {w0}"
+    );
+
+    // 200,000 Done for items nobody holds, in one batch: counted exactly, logged a line or two.
+    let flood = proto::DoneBatch {
+        items: (0..200_000u64)
+            .map(|i| proto::Done {
+                item_id: 1_000_000 + i,
+                term: 1,
+                outcome: proto::Outcome::Success as i32,
+                ..Default::default()
+            })
+            .collect(),
+    };
+    tx.send(proto::WorkerMessage {
+        msg: Some(proto::worker_message::Msg::Done(flood)),
+    })
+    .await
+    .unwrap();
+    wait_for(
+        Duration::from_secs(30),
+        "the flood to be counted",
+        || async {
+            let text = coordinator.metrics_text().await;
+            (metric(
+                &text,
+                r#"flotilla_bad_input_total{reason="done_for_unknown_item"}"#,
+            ) >= 200_000.0)
+                .then_some(())
+        },
+    )
+    .await;
+    let counted = metric(
+        &coordinator.metrics_text().await,
+        r#"flotilla_bad_input_total{reason="done_for_unknown_item"}"#,
+    );
+    assert_eq!(counted, 200_000.0, "every refused Done is counted once");
+    let lines = lines_with(
+        &coordinator.log_text(),
+        "Done for an item the worker does not hold",
+    );
+    assert!((1..=2).contains(&lines), "{lines} log lines for the flood");
+
+    // 200 streams that never say Hello: each dropped after the Hello timeout, one log line for them all.
+    let silent = (0..200).map(|_| {
+        let addr = addr.clone();
+        async move {
+            let mut dispatch =
+                proto::dispatch_client::DispatchClient::connect(format!("http://{addr}"))
+                    .await
+                    .unwrap();
+            let (_tx, rx) = mpsc::channel::<proto::WorkerMessage>(1);
+            let status = dispatch.work(ReceiverStream::new(rx)).await.unwrap_err();
+            status.code()
+        }
+    });
+    let codes = within(
+        Duration::from_secs(30),
+        "200 silent streams to be dropped",
+        futures::future::join_all(silent),
+    )
+    .await;
+    assert!(
+        codes.iter().all(|c| *c == Code::DeadlineExceeded),
+        "{codes:?}"
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "the silent streams to be counted",
+        || async {
+            let text = coordinator.metrics_text().await;
+            (metric(&text, r#"flotilla_bad_input_total{reason="no_hello"}"#) >= 200.0).then_some(())
+        },
+    )
+    .await;
+    let log = coordinator.log_text();
+    let refusals = log
+        .lines()
+        .filter(|l| l.contains("refusing a worker stream") && l.contains("no_hello"))
+        .count();
+    assert!(
+        (1..=2).contains(&refusals),
+        "{refusals} log lines for 200 silent streams"
+    );
+
+    // greedy leaves; its shards come back and the real worker reconciles.
+    drop(tx);
+    drop(stream);
+    etcd.lease_revoke(lease).await.unwrap();
+    create_configmaps(&client, &ns, "after", 1, JOURNAL_LABEL).await;
+    reconciled(&journal, &format!("{ns}/after-0"), Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cache_answers_only_registered_workers_for_declared_kinds_and_a_stray_controller_retires()
+ {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "cacheacl").await;
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "token"}, "stringData": {"password": "hunter2"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    let journal = fleet.dir().join("journal.jsonl");
+    let coordinator = fleet.coordinator(
+        "c0",
+        &[
+            "--controller-retire-after",
+            "3s",
+            "--unserved-kind-timeout",
+            "2s",
+        ],
+    );
+    let _w = journal_worker(&fleet, "w0", &journal, 5, 10);
+    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
+    let addr = fleet.leader().await.unwrap().info.address;
+    let informer_kinds = || async {
+        fleet
+            .status()
+            .await
+            .map(|s| {
+                s.informers
+                    .iter()
+                    .map(|i| i.kind.clone())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let before = informer_kinds().await;
+    assert!(!before.is_empty());
+
+    // Strangers: no identity, or a lease nobody registered on. Never answered, never an informer.
+    let list = |kind: proto::ResourceKind| proto::ListRequest {
+        kind: Some(kind),
+        ..Default::default()
+    };
+    let status = cache_client(&addr, None)
+        .await
+        .list(list(secrets()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{}", status.message());
+    let mut impostor = cache_client(&addr, Some(("w0", 12345))).await;
+    let status = impostor.list(list(secrets())).await.unwrap_err();
+    assert_eq!(
+        status.code(),
+        Code::PermissionDenied,
+        "{}",
+        status.message()
+    );
+    for i in 0..100 {
+        let status = impostor
+            .list(list(kind(
+                "example.com",
+                "v1",
+                "Thing",
+                &format!("things{i}"),
+            )))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied);
+    }
+    assert_eq!(
+        informer_kinds().await,
+        before,
+        "a cache request started an informer"
+    );
+
+    // A registered worker reads only what a controller declared: ConfigMaps (the journal's), not Secrets.
+    let (mut etcd, lease) = register(&fleet, "stray", 30, 1).await;
+    let only_configmaps = hello_with(
+        "stray",
+        lease,
+        vec![(spec("journal", super::peer::configmaps()), 1)],
+    );
+    let (tx, stream) = open(&addr, only_configmaps).await;
+    let mut stream = stream.unwrap();
+    within(Duration::from_secs(5), "Welcome", stream.message())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut stray = cache_client(&addr, Some(("stray", lease))).await;
+    let status = stray.list(list(secrets())).await.unwrap_err();
+    assert_eq!(
+        status.code(),
+        Code::PermissionDenied,
+        "{}",
+        status.message()
+    );
+    assert!(
+        status.message().contains("v1/secrets"),
+        "{}",
+        status.message()
+    );
+    let configmaps = stray.list(list(super::peer::configmaps())).await.unwrap();
+    assert!(!configmaps.into_inner().resource_version.is_empty());
+    drop(tx);
+    drop(stream);
+    let text = coordinator.metrics_text().await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"flotilla_bad_input_total{reason="cache_no_identity"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"flotilla_bad_input_total{reason="cache_unregistered_worker"}"#
+        ),
+        101.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"flotilla_bad_input_total{reason="cache_undeclared_kind"}"#
+        ),
+        1.0
+    );
+
+    // The same worker declares a controller of Secrets that also watches a kind nobody serves: the
+    // unserved informer stops and is reported, the real worker is reported lacking the controller...
+    let stray_spec = proto::ControllerSpec {
+        watches: vec![nothings()],
+        ..spec("stray", secrets())
+    };
+    let (tx, stream) = open(&addr, hello_with("stray", lease, vec![(stray_spec, 1)])).await;
+    let mut stream = stream.unwrap();
+    within(Duration::from_secs(5), "Welcome", stream.message())
+        .await
+        .unwrap()
+        .unwrap();
+    wait_for(
+        Duration::from_secs(30),
+        "the unserved kind and the lacking worker in status",
+        || async {
+            let s = fleet.status().await?;
+            let unserved = s
+                .informers
+                .iter()
+                .any(|i| i.kind == "example.com/v1/nothings" && i.unserved);
+            let lacking = s
+                .workers
+                .iter()
+                .any(|w| w.id == "w0" && w.lacking == ["stray"]);
+            (unserved && lacking).then_some(())
+        },
+    )
+    .await;
+    assert!(informer_kinds().await.contains(&"v1/secrets".to_owned()));
+
+    // ...and once the worker is gone for the retirement period, its controller is retired: queue and
+    // spec dropped, informers stopped, nobody lacking it.
+    drop(tx);
+    drop(stream);
+    etcd.lease_revoke(lease).await.unwrap();
+    let status = wait_for(
+        Duration::from_secs(30),
+        "the stray controller to retire",
+        || async {
+            let s = fleet.status().await?;
+            s.retired
+                .iter()
+                .any(|r| r.controller == "stray")
+                .then_some(s)
+        },
+    )
+    .await;
+    assert!(
+        !status
+            .informers
+            .iter()
+            .any(|i| i.kind == "v1/secrets" || i.kind.contains("nothings")),
+        "{:?}",
+        status.informers
+    );
+    assert!(!status.queues.iter().any(|q| q.controller == "stray"));
+    assert!(
+        status.workers.iter().all(|w| w.lacking.is_empty()),
+        "{:?}",
+        status.workers
+    );
+    let spec_key = FleetKeys::new(&fleet.name).controller("stray");
+    assert_eq!(
+        etcd.get(spec_key, None).await.unwrap().count(),
+        0,
+        "the spec stays in etcd"
+    );
+    let text = coordinator.metrics_text().await;
+    assert_eq!(metric(&text, "flotilla_controllers_retired_total"), 1.0);
+
+    // The fleet's own controller is untouched.
+    create_configmaps(&client, &ns, "after", 1, JOURNAL_LABEL).await;
+    reconciled(&journal, &format!("{ns}/after-0"), Duration::from_secs(30)).await;
+}
