@@ -1,0 +1,347 @@
+//! The controllers a term runs: loading specs at the start of a term, registering controllers and their
+//! informers, the sync gate, informer events into keys, the owner graph's discovery, and retiring
+//! controllers no live worker runs.
+
+use super::membership::Registration;
+use super::*;
+
+impl Dispatcher {
+    /// Reads workers, shard owners and controller specs; returns the revision to watch from.
+    pub(super) async fn load(&mut self) -> Result<i64, TermError> {
+        let mut etcd = self.ctx.etcd.clone();
+        let now = Instant::now();
+        let workers = etcd
+            .get(
+                self.keys.workers_prefix(),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await
+            .map_err(TermError::Etcd)?;
+        let revision = workers.header().map_or(0, |h| h.revision());
+        for kv in workers.kvs() {
+            let Some(id) = self.keys.parse_worker(kv.key()) else {
+                continue;
+            };
+            let capacity = Registration::capacity_of(kv.value());
+            self.workers.insert(
+                id.to_owned(),
+                WorkerState::registered(id, kv.lease(), capacity, now),
+            );
+        }
+        let shards = etcd
+            .get(
+                self.keys.shards_prefix(),
+                Some(GetOptions::new().with_prefix().with_revision(revision)),
+            )
+            .await
+            .map_err(TermError::Etcd)?;
+        for kv in shards.kvs() {
+            let (Some(s), Ok(owner)) = (
+                self.keys.parse_shard(kv.key()),
+                std::str::from_utf8(kv.value()),
+            ) else {
+                continue;
+            };
+            if s < self.shards.count() {
+                self.shards
+                    .set_state(s, ShardState::Owned(owner.to_owned()));
+            }
+        }
+        let specs = etcd
+            .get(
+                self.keys.controllers_prefix(),
+                Some(GetOptions::new().with_prefix()),
+            )
+            .await
+            .map_err(TermError::Etcd)?;
+        for kv in specs.kvs() {
+            match proto::ControllerSpec::decode(kv.value())
+                .map_err(|e| e.to_string())
+                .and_then(|p| ControllerSpec::try_from(p).map_err(|e| e.to_string()))
+            {
+                Ok(spec) => self.register_controller(spec),
+                // The same checks as a Hello's: a spec that is invalid now (written by an older version,
+                // or by hand) is skipped, never a crash of every leader that loads it. A worker that
+                // still runs the controller registers a valid spec again.
+                Err(err) => {
+                    self.ctx.metrics.bad("invalid_stored_spec");
+                    error!(key = %String::from_utf8_lossy(kv.key()), error = %err, "skipping an invalid controller spec in etcd");
+                }
+            }
+        }
+        Ok(revision)
+    }
+
+    pub(super) fn register_controller(&mut self, spec: ControllerSpec) {
+        for kind in spec.kinds() {
+            self.ctx.informers.ensure(&kind);
+        }
+        let limiter = match spec.rate_limiter.build::<String>() {
+            Ok(limiter) => limiter,
+            Err(err) => {
+                warn!(controller = %spec.name, error = %err, "invalid rate limiter; using the defaults");
+                crate::queue::default_controller_rate_limiter()
+            }
+        };
+        let queue = WorkQueue::new(
+            &spec.name,
+            Box::new(limiter),
+            self.ctx.queue_metrics.for_queue(&spec.name),
+        );
+        self.routes.add(&spec);
+        if spec.primary == Primary::OwnerGraph && self.graph.add_controller(&spec.name) {
+            let stop = self.term_tasks.child_token();
+            self.discovery_stop = Some(stop.clone());
+            tokio::spawn(discover(
+                self.ctx.informers.client(),
+                self.discovered_tx.clone(),
+                stop,
+            ));
+        }
+        let now = Instant::now();
+        // Specs are checked (resync at most a day), but time arithmetic never trusts a bound elsewhere.
+        let next_resync = spec.resync.and_then(|r| now.checked_add(r));
+        self.access_dirty = true;
+        let name = spec.name.clone();
+        let counters = ControllerCounters::new(&self.ctx.metrics, &name);
+        self.controllers.insert(
+            name.clone(),
+            ControllerState {
+                spec,
+                queue,
+                synced: false,
+                next_resync,
+                last_live: now,
+                counters,
+            },
+        );
+        self.check_synced(&name);
+    }
+
+    /// Opens the sync gate of `controller` once every informer it needs has synced, enqueueing every
+    /// primary object (the initial list, or the re-enqueue of a takeover).
+    pub(super) fn check_synced(&mut self, controller: &str) {
+        let Some(state) = self.controllers.get_mut(controller) else {
+            return;
+        };
+        let graph_synced = state.spec.primary != Primary::OwnerGraph
+            || self.graph.synced(&self.ctx.informers, Instant::now());
+        if state.synced
+            || !graph_synced
+            || !state
+                .spec
+                .kinds()
+                .iter()
+                .all(|k| self.ctx.informers.is_synced(k))
+        {
+            return;
+        }
+        state.synced = true;
+        for key in primary_keys(&state.spec.primary, &self.graph, &self.ctx.informers) {
+            state.queue.add(key);
+        }
+        info!(controller, "caches synced; dispatching");
+    }
+
+    pub(super) fn on_informer_event(&mut self, ev: InformerEvent) {
+        let mut keys = Vec::new();
+        self.graph.keys_for(&ev, &self.ctx.informers, &mut keys);
+        match ev {
+            InformerEvent::Applied { old, new } => {
+                let released =
+                    self.expectations
+                        .observe(&new.kind, &new.key(), Some(new.resource_version));
+                self.release_holds(released);
+                self.routes.keys_for(&new, &self.ctx.informers, &mut keys);
+                if let Some(old) = old {
+                    self.routes.keys_for(&old, &self.ctx.informers, &mut keys);
+                }
+            }
+            InformerEvent::Deleted { old, .. } => {
+                let released = self.expectations.observe(&old.kind, &old.key(), None);
+                self.release_holds(released);
+                self.routes.keys_for(&old, &self.ctx.informers, &mut keys);
+            }
+            InformerEvent::Synced { kind } => {
+                let names: Vec<String> = self.controllers.keys().cloned().collect();
+                for name in names {
+                    self.check_synced(&name);
+                }
+                // A kind discovered after an owner-graph controller started: its objects join now.
+                if self.graph.covers(&kind) {
+                    let graph_keys = self.graph.initial_keys(&kind, &self.ctx.informers);
+                    for state in self.controllers.values_mut() {
+                        if state.synced && self.graph.routes(&state.spec.name) {
+                            for key in &graph_keys {
+                                state.queue.add(key.clone());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (controller, key) in keys {
+            if let Some(state) = self.controllers.get_mut(&controller) {
+                state.queue.add(key);
+            }
+        }
+    }
+
+    /// A discovery finished: informers start for the kinds it found first, and owner-graph controllers
+    /// may now be synced.
+    pub(super) fn on_discovered(&mut self, kinds: Vec<ResourceKind>) {
+        let added = self.graph.discovered(kinds);
+        for kind in &added {
+            self.ctx.informers.ensure(kind);
+        }
+        if !added.is_empty() {
+            info!(kinds = added.len(), "owner graph covers new kinds");
+        }
+        let names: Vec<String> = self.controllers.keys().cloned().collect();
+        for name in names {
+            self.check_synced(&name);
+        }
+    }
+
+    pub(super) fn release_holds(&mut self, released: Vec<(String, String)>) {
+        if released.is_empty() {
+            return;
+        }
+        for (controller, key) in released {
+            if let Some(state) = self.controllers.get_mut(&controller) {
+                state.queue.done(&key);
+            }
+        }
+        self.ctx
+            .metrics
+            .ryw_holds
+            .set(i64::try_from(self.expectations.len()).unwrap_or(i64::MAX));
+    }
+
+    /// Retires every controller no live worker has run for `--controller-retire-after`: a controller a
+    /// stray or departed worker declared must not keep its informers, queue and spec for good.
+    pub(super) async fn retire_controllers(&mut self, now: Instant) -> Result<(), TermError> {
+        let running: HashSet<&str> = self
+            .workers
+            .values()
+            .filter(|w| w.lease_id.is_some() && w.handshaken)
+            .flat_map(|w| w.concurrency.keys().map(String::as_str))
+            .collect();
+        let retire_after = self.ctx.config.controller_retire_after;
+        let mut due = Vec::new();
+        for (name, state) in &mut self.controllers {
+            if running.contains(name.as_str()) {
+                state.last_live = now;
+            } else if now.saturating_duration_since(state.last_live) >= retire_after {
+                due.push(name.clone());
+            }
+        }
+        for name in due {
+            self.retire(&name, now).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops `name`'s queue and routes, stops the informers no other controller needs, and deletes its
+    /// spec from etcd (fenced by the term). Items of it still out finish without effect.
+    pub(super) async fn retire(&mut self, name: &str, now: Instant) -> Result<(), TermError> {
+        let Some(state) = self.controllers.remove(name) else {
+            return Ok(());
+        };
+        warn!(controller = name, after = ?self.ctx.config.controller_retire_after, keys = state.queue.len(),
+            "retiring a controller no live worker runs: dropping its queue and spec");
+        self.routes.remove(name);
+        for w in self.workers.values_mut() {
+            w.backlog.remove(name);
+        }
+        let mut stopping: Vec<ResourceKind> = state.spec.kinds();
+        if state.spec.primary == Primary::OwnerGraph && self.graph.remove_controller(name) {
+            if let Some(stop) = self.discovery_stop.take() {
+                stop.cancel();
+            }
+            stopping.extend(self.graph.kinds().cloned());
+        }
+        let mut needed: HashSet<ResourceKind> = self
+            .controllers
+            .values()
+            .flat_map(|c| c.spec.kinds())
+            .collect();
+        if self.graph.has_controllers() {
+            needed.extend(self.graph.kinds().cloned());
+        }
+        for kind in stopping {
+            if !needed.contains(&kind) {
+                self.ctx.informers.remove(&kind);
+            }
+        }
+        self.retired.push((name.to_owned(), now));
+        if self.retired.len() > MAX_RETIRED_SHOWN {
+            self.retired.remove(0);
+        }
+        self.ctx.metrics.retired.inc();
+        self.access_dirty = true;
+        let deleted = self
+            .ctx
+            .election
+            .fenced_txn(
+                &self.ctx.elected,
+                vec![],
+                vec![TxnOp::delete(self.keys.controller(name), None)],
+            )
+            .await;
+        match deleted {
+            Ok(_) => Ok(()),
+            // The next leader loads it and retires it again after the same wait.
+            Err(ElectionError::Etcd(err)) => {
+                warn!(controller = name, error = %err, "cannot delete a retired controller's spec");
+                Ok(())
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+/// Every key of a controller's primary: all cached objects of its kind, or, over the owner graph, the
+/// objects of every covered kind that need action.
+pub(super) fn primary_keys(
+    primary: &Primary,
+    graph: &OwnerGraph,
+    informers: &Informers,
+) -> Vec<String> {
+    match primary {
+        Primary::Kind(kind) => informers
+            .store(kind)
+            .map(|store| store.list().iter().map(|o| o.key()).collect())
+            .unwrap_or_default(),
+        Primary::OwnerGraph => graph
+            .kinds()
+            .flat_map(|kind| graph.initial_keys(kind, informers))
+            .collect(),
+    }
+}
+
+/// How often the owner graph rediscovers the served resources (upstream's garbage collector: 30 s).
+pub const DISCOVERY_PERIOD: Duration = Duration::from_secs(30);
+
+/// Discovers the deletable resources now and every [`DISCOVERY_PERIOD`] until `stop`; failures are
+/// logged and retried at the next period.
+pub(super) async fn discover(
+    client: kube::Client,
+    tx: mpsc::UnboundedSender<Vec<ResourceKind>>,
+    stop: CancellationToken,
+) {
+    loop {
+        match deletable_resources(&client).await {
+            Ok(kinds) => {
+                if tx.send(kinds).is_err() {
+                    return;
+                }
+            }
+            Err(err) => warn!(error = %err, "resource discovery for the owner graph failed"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(DISCOVERY_PERIOD) => {}
+        }
+    }
+}

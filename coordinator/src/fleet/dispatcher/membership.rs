@@ -1,0 +1,453 @@
+//! Which workers the term knows: Hello and registration checks, the etcd worker registry, workers that
+//! went silent (fenced by revoking their lease) and workers whose lease ended (their items run again).
+
+use super::*;
+
+/// A worker registration as stored in etcd (`workers/<id>`), written by the worker.
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct Registration {
+    #[serde(default)]
+    capacity: u32,
+}
+
+impl Registration {
+    /// The advertised capacity in a registration value, at most [`MAX_REGISTERED_CAPACITY`]; an
+    /// unreadable one counts as 1 (the worker still gets shards, and its Hello tells the real
+    /// concurrency, which is checked against the limits).
+    pub(super) fn capacity_of(value: &[u8]) -> u32 {
+        serde_json::from_slice::<Registration>(value)
+            .map_or(1, |r| r.capacity.min(MAX_REGISTERED_CAPACITY))
+    }
+}
+
+/// A registration's capacity counts until the worker's Hello replaces it; anything above this is read
+/// as this (a worker's sum over its controllers is bounded the same way by the Hello's checks).
+pub(super) const MAX_REGISTERED_CAPACITY: u32 = 1_000_000;
+
+pub(super) enum RegistryEvent {
+    Up {
+        id: String,
+        lease_id: i64,
+        capacity: u32,
+    },
+    Down {
+        id: String,
+    },
+}
+
+impl Dispatcher {
+    pub(super) async fn connect(
+        &mut self,
+        hello: Hello,
+        conn_id: u64,
+        tx: Outbound,
+    ) -> Result<Result<proto::Welcome, tonic::Status>, TermError> {
+        let id = hello.worker_id.clone();
+        if hello.known_term > self.term {
+            self.log_refusal(
+                &id,
+                "stale_term",
+                "refusing a worker that has seen a newer term",
+            );
+            return Ok(Err(tonic::Status::failed_precondition(format!(
+                "worker {id} has seen term {}, newer than this leader's term {}",
+                hello.known_term, self.term
+            ))));
+        }
+        // Identity: the worker must be registered in etcd on the lease it names. (mTLS adds the
+        // certificate check in front of this.) An etcd failure here is the worker's to retry, not a
+        // reason to end the term.
+        let registered = self.workers.get(&id).and_then(|w| w.lease_id) == Some(hello.lease_id);
+        if !registered {
+            match self.confirm_registration(&id, hello.lease_id).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.log_refusal(
+                        &id,
+                        "unregistered_worker",
+                        "refusing a worker that is not registered on its lease",
+                    );
+                    return Ok(Err(tonic::Status::permission_denied(format!(
+                        "worker {id} is not registered in etcd with lease {:x}",
+                        hello.lease_id
+                    ))));
+                }
+                Err(err) => {
+                    warn!(worker = %id, error = %err, "cannot check a worker's registration; it will retry");
+                    return Ok(Err(tonic::Status::unavailable(
+                        "cannot check the registration in etcd; retry",
+                    )));
+                }
+            }
+        }
+        let mut rejected = Vec::new();
+        let mut accepted = Vec::new();
+        for (spec, concurrency) in hello.controllers {
+            // Decide before awaiting: a queue is not Sync, so no borrow of it may live across an await.
+            let known = self
+                .controllers
+                .get(&spec.name)
+                .map(|existing| existing.spec == spec);
+            match known {
+                Some(false) => {
+                    self.log_refusal(
+                        &id,
+                        "controller_spec_mismatch",
+                        "refusing a controller whose spec differs from the fleet's",
+                    );
+                    rejected.push(proto::Rejected {
+                        controller: spec.name.clone(),
+                        reason: "spec differs from the one the fleet runs; roll all workers to one version".into(),
+                    });
+                }
+                Some(true) => accepted.push((spec.name.clone(), concurrency)),
+                None => match self.persist_spec(&spec).await {
+                    Ok(()) => {
+                        accepted.push((spec.name.clone(), concurrency));
+                        self.register_controller(spec);
+                    }
+                    Err(ElectionError::Etcd(err)) => {
+                        warn!(worker = %id, controller = %spec.name, error = %err, "cannot persist a controller spec; the worker will retry");
+                        return Ok(Err(tonic::Status::unavailable(
+                            "cannot persist the controller spec in etcd; retry",
+                        )));
+                    }
+                    Err(err) => return Err(err.into()),
+                },
+            }
+        }
+        // Reconcile what the worker says it holds with what this leader thinks it holds.
+        let held: HashSet<(u64, u64)> = hello.held.iter().map(|h| (h.term, h.item_id)).collect();
+        let ours: Vec<(u64, u64)> = self
+            .workers
+            .get(&id)
+            .map(|w| w.items.iter().copied().collect())
+            .unwrap_or_default();
+        for item_id in ours {
+            if !held.contains(&item_id) {
+                // Finished while the stream was down, or never received: run it again to be sure.
+                self.ctx
+                    .metrics
+                    .reclaimed
+                    .get_or_create(&ReasonLabel {
+                        reason: "not_held_at_reconnect".into(),
+                    })
+                    .inc();
+                self.reclaim(item_id);
+            }
+        }
+        let Some(w) = self.workers.get_mut(&id) else {
+            return Ok(Err(tonic::Status::permission_denied(format!(
+                "worker {id} lost its registration"
+            ))));
+        };
+        for h in &hello.held {
+            if h.term >= self.term || self.items.contains_key(&(h.term, h.item_id)) {
+                continue;
+            }
+            let shard = shard_of(&h.controller, &h.key, self.shards.count());
+            self.shards.item_out(shard);
+            *w.in_flight.entry(h.controller.clone()).or_default() += 1;
+            w.items.insert((h.term, h.item_id));
+            self.foreign_keys
+                .insert((h.controller.clone(), h.key.clone()));
+            self.items.insert(
+                (h.term, h.item_id),
+                Item {
+                    controller: h.controller.clone(),
+                    key: h.key.clone(),
+                    worker: id.clone(),
+                    shard,
+                    foreign: true,
+                },
+            );
+        }
+        w.concurrency = accepted.into_iter().collect();
+        w.credits.clear();
+        // Its weight counts only what this leader accepted; the per-controller limit keeps the sum far
+        // from overflowing, and it saturates regardless.
+        w.capacity = w
+            .concurrency
+            .values()
+            .fold(0u32, |sum, c| sum.saturating_add(*c))
+            .max(1);
+        self.access_dirty = true;
+        w.conn = Some(Connection { id: conn_id, tx });
+        w.handshaken = true;
+        w.disconnected_since = None;
+        let shards = self.shards.owned_by(&id);
+        self.needs_rebalance = true;
+        info!(worker = %id, held = hello.held.len(), shards = shards.len(), "worker connected");
+        self.warn_on_mixed_controllers();
+        Ok(Ok(proto::Welcome {
+            term: self.term,
+            leader_id: self.ctx.leader.id.clone(),
+            shards,
+            rejected,
+        }))
+    }
+
+    /// Shards are fleet-wide: a worker without a controller other connected workers run holds that
+    /// controller's keys back while it owns their shards. Says so for every such worker (worker pools
+    /// with different controllers belong in separate fleets).
+    pub(super) fn warn_on_mixed_controllers(&self) {
+        let connected: Vec<&WorkerState> =
+            self.workers.values().filter(|w| w.conn.is_some()).collect();
+        let all: BTreeSet<&String> = connected
+            .iter()
+            .flat_map(|w| w.concurrency.keys())
+            .collect();
+        for w in connected {
+            let lacking: Vec<&str> = all
+                .iter()
+                .filter(|c| !w.concurrency.contains_key(c.as_str()))
+                .map(|c| c.as_str())
+                .collect();
+            if !lacking.is_empty()
+                && let Verdict::Log { suppressed } =
+                    self.ctx.metrics.refused(&w.id, "worker_lacks_controllers")
+            {
+                warn!(worker = %w.id, ?lacking, suppressed, "worker lacks controllers other workers of the fleet run; their keys wait while it owns their shards (run one fleet per set of controllers)");
+            }
+        }
+    }
+
+    /// Counts a refusal of `peer` and logs it, rate-limited per peer and reason.
+    pub(super) fn log_refusal(&self, peer: &str, reason: &str, message: &str) {
+        if let Verdict::Log { suppressed } = self.ctx.metrics.refused(peer, reason) {
+            warn!(worker = %peer, reason, suppressed, "{message}");
+        }
+    }
+
+    pub(super) async fn confirm_registration(
+        &mut self,
+        id: &str,
+        lease_id: i64,
+    ) -> Result<bool, etcd_client::Error> {
+        let mut etcd = self.ctx.etcd.clone();
+        let resp = etcd.get(self.keys.worker(id), None).await?;
+        let Some(kv) = resp.kvs().first() else {
+            return Ok(false);
+        };
+        if kv.lease() != lease_id {
+            return Ok(false);
+        }
+        let capacity = Registration::capacity_of(kv.value());
+        self.on_registry(RegistryEvent::Up {
+            id: id.to_owned(),
+            lease_id,
+            capacity,
+        });
+        Ok(true)
+    }
+
+    pub(super) async fn persist_spec(
+        &mut self,
+        spec: &ControllerSpec,
+    ) -> Result<(), ElectionError> {
+        let encoded = crate::fleet::spec_codec::encode(spec);
+        self.ctx
+            .election
+            .fenced_txn(
+                &self.ctx.elected,
+                vec![],
+                vec![TxnOp::put(self.keys.controller(&spec.name), encoded, None)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// A worker that stays away longer than the grace while its lease lives would keep its shards
+    /// forever; revoke its lease (it fences itself on the next renewal) and free its items a lease
+    /// TTL later, when it has certainly stopped.
+    pub(super) async fn fence_silent_workers(&mut self, now: Instant) -> Result<(), TermError> {
+        let grace = self.ctx.config.worker_reconnect_grace;
+        let silent: Vec<(String, i64)> = self
+            .workers
+            .values()
+            .filter(|w| {
+                w.conn.is_none()
+                    && w.fenced_until.is_none()
+                    && w.disconnected_since
+                        .is_some_and(|t| now.saturating_duration_since(t) >= grace)
+            })
+            .filter_map(|w| w.lease_id.map(|l| (w.id.clone(), l)))
+            .collect();
+        for (id, lease) in silent {
+            let mut etcd = self.ctx.etcd.clone();
+            let ttl = etcd
+                .lease_time_to_live(lease, None)
+                .await
+                .map(|r| r.granted_ttl())
+                .unwrap_or(0);
+            // The worker chose its lease's TTL: bound it before doing arithmetic with it.
+            let ttl =
+                Duration::from_secs(u64::try_from(ttl).unwrap_or(0).clamp(1, MAX_LEASE_TTL_SECS));
+            warn!(worker = %id, "worker silent beyond the reconnect grace; revoking its lease");
+            if let Err(err) = etcd.lease_revoke(lease).await {
+                debug!(worker = %id, error = %err, "lease revoke failed (already gone?)");
+            }
+            if let Some(w) = self.workers.get_mut(&id) {
+                w.fenced_until = Some(now.checked_add(ttl).unwrap_or(now));
+                self.access_dirty = true;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_registry(&mut self, ev: RegistryEvent) {
+        match ev {
+            RegistryEvent::Up {
+                id,
+                lease_id,
+                capacity,
+            } => {
+                let now = Instant::now();
+                match self.workers.get_mut(&id) {
+                    Some(w) if w.lease_id == Some(lease_id) => {
+                        w.capacity = w.capacity.max(capacity)
+                    }
+                    Some(_) => {
+                        // Same id on a new lease: the old incarnation is gone (its lease ended).
+                        self.free_worker(&id, "lease_expired");
+                        self.workers.insert(
+                            id.clone(),
+                            WorkerState::registered(&id, lease_id, capacity, now),
+                        );
+                    }
+                    None => {
+                        self.workers.insert(
+                            id.clone(),
+                            WorkerState::registered(&id, lease_id, capacity, now),
+                        );
+                    }
+                }
+            }
+            RegistryEvent::Down { id } => {
+                if let Some(w) = self.workers.get_mut(&id) {
+                    info!(worker = %id, "worker lease ended");
+                    w.lease_id = None;
+                    w.conn = None;
+                    self.needs_rebalance = true;
+                    self.access_dirty = true;
+                }
+            }
+        }
+    }
+
+    /// Forgets a worker whose lease is gone: its items run again elsewhere, its shards are free.
+    pub(super) fn free_worker(&mut self, id: &str, reason: &str) {
+        let Some(mut w) = self.workers.remove(id) else {
+            return;
+        };
+        let items: Vec<(u64, u64)> = w.items.drain().collect();
+        if !items.is_empty() {
+            self.ctx
+                .metrics
+                .reclaimed
+                .get_or_create(&ReasonLabel {
+                    reason: reason.into(),
+                })
+                .inc_by(items.len() as u64);
+            info!(
+                worker = id,
+                items = items.len(),
+                "re-dispatching the items of a worker whose lease ended"
+            );
+        }
+        for item_id in items {
+            self.reclaim(item_id);
+        }
+        for s in 0..self.shards.count() {
+            match self.shards.state(s).clone() {
+                // Its ownership keys died with its lease.
+                ShardState::Owned(o) if o == id => self.shards.set_state(s, ShardState::Unowned),
+                ShardState::Moving { from, .. } if from == id => {
+                    self.shards.set_state(s, ShardState::Unowned)
+                }
+                ShardState::Moving { from, to } if to == id => {
+                    self.shards.set_state(s, ShardState::Owned(from));
+                    self.unpark(s);
+                }
+                _ => {}
+            }
+        }
+        for (controller, keys) in w.backlog.drain() {
+            for (key, _) in keys {
+                self.route(controller.clone(), key);
+            }
+        }
+        self.needs_rebalance = true;
+        self.access_dirty = true;
+    }
+}
+
+/// A worker's lease TTL is its own choice; the leader waits at most this long after revoking it.
+pub(super) const MAX_LEASE_TTL_SECS: u64 = 3600;
+
+/// Follows `workers/` from `revision`, turning puts and deletes into registry events.
+pub(super) async fn watch_registry(
+    mut etcd: Client,
+    keys: FleetKeys,
+    revision: i64,
+    tx: mpsc::UnboundedSender<RegistryEvent>,
+    stop: CancellationToken,
+) {
+    let options = WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(revision);
+    let mut stream = match etcd.watch(keys.workers_prefix(), Some(options)).await {
+        Ok(stream) => stream,
+        Err(err) => {
+            warn!(error = %err, "cannot watch worker registrations; ending the term");
+            return;
+        }
+    };
+    loop {
+        let message = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            m = stream.message() => m,
+        };
+        let Ok(Some(resp)) = message else {
+            warn!("worker registration watch ended; ending the term");
+            return;
+        };
+        if resp.canceled() {
+            warn!("worker registration watch cancelled (compacted?); ending the term");
+            return;
+        }
+        for event in resp.events() {
+            let Some(kv) = event.kv() else { continue };
+            let Some(id) = keys.parse_worker(kv.key()) else {
+                continue;
+            };
+            let ev = match event.event_type() {
+                etcd_client::EventType::Put => RegistryEvent::Up {
+                    id: id.to_owned(),
+                    lease_id: kv.lease(),
+                    capacity: Registration::capacity_of(kv.value()),
+                },
+                etcd_client::EventType::Delete => RegistryEvent::Down { id: id.to_owned() },
+            };
+            if tx.send(ev).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn registration_capacities_are_bounded(capacity in any::<u64>()) {
+            let value = format!(r#"{{"id":"w","capacity":{capacity}}}"#);
+            let read = Registration::capacity_of(value.as_bytes());
+            prop_assert!(read <= MAX_REGISTERED_CAPACITY);
+        }
+    }
+}

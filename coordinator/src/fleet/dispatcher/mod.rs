@@ -1,0 +1,470 @@
+//! The leader's dispatcher: one task per term that owns the fleet workqueues, the shard table, read-your-
+//! writes holds and every worker's stream state. Everything that decides who runs which key happens here,
+//! on one thread, so the exclusivity argument is local:
+//!
+//! - a key is out of its queue (`get`) from dispatch until its Done *and* its writes are observed, so the
+//!   queue never hands it out twice (client-go's processing set, fleet-wide);
+//! - a key goes only to the owner of its shard, and a shard changes owner only when its old owner holds no
+//!   item of it, or its lease is gone (handover without overlap);
+//! - a worker that stops talking keeps its items until it reports them in a new Hello or its lease expires
+//!   (the worker fences itself before that), so a broken stream never frees a key early.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, TxnOp, WatchOptions};
+use flotilla_common::Verdict;
+use flotilla_common::{Elected, Election, ElectionError, FleetKeys, LeaderInfo, ResourceKind};
+use flotilla_proto as proto;
+use prost::Message;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::access::CacheAccess;
+use super::expectations::{Expectations, Expected};
+use super::mapping::Routes;
+use super::messages::{ControllerSpec, Credit, Done, Hello, Outcome, Primary};
+use super::owner_graph::OwnerGraph;
+use super::shards::{Parked, ShardState, ShardTable};
+use super::workers::{Connection, Outbound, WorkerState};
+use crate::config::CoordinatorConfig;
+use crate::informer::{InformerEvent, Informers, deletable_resources};
+use prometheus_client::metrics::counter::Counter;
+
+use crate::metrics::{ControllerLabel, FleetMetrics, OutcomeLabel, ReasonLabel};
+use crate::queue::{QueueMetricsFamilies, WorkQueue};
+use crate::shard::{WorkerWeight, assign, shard_of};
+
+mod controllers;
+mod handover;
+mod membership;
+mod routing;
+mod status;
+
+pub use controllers::DISCOVERY_PERIOD;
+use membership::watch_registry;
+
+/// Requests to the dispatcher, from the gRPC services.
+#[derive(Debug)]
+pub enum Command {
+    /// A worker said Hello on a new stream.
+    Connect {
+        hello: Hello,
+        conn_id: u64,
+        tx: Outbound,
+        reply: oneshot::Sender<Result<proto::Welcome, tonic::Status>>,
+    },
+    /// A worker granted credits.
+    Credit {
+        worker: String,
+        conn_id: u64,
+        credit: Credit,
+    },
+    /// A worker finished items.
+    Done {
+        worker: String,
+        conn_id: u64,
+        done: Vec<Done>,
+    },
+    /// A worker's stream ended.
+    Disconnected { worker: String, conn_id: u64 },
+    /// Admin status.
+    Status {
+        reply: oneshot::Sender<proto::StatusResponse>,
+    },
+    /// Adds keys directly (benchmarks and tests drive the queue without objects).
+    Enqueue {
+        controller: String,
+        keys: Vec<String>,
+    },
+}
+
+/// A handle to the running dispatcher of the current term.
+#[derive(Clone, Debug)]
+pub struct DispatcherHandle {
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+impl DispatcherHandle {
+    /// Sends a command; false once the term has ended.
+    pub fn send(&self, cmd: Command) -> bool {
+        self.tx.send(cmd).is_ok()
+    }
+}
+
+/// Why a term ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum TermError {
+    /// Another coordinator leads now.
+    #[error("deposed")]
+    Deposed(#[source] ElectionError),
+    /// etcd failed at a point the term cannot continue from.
+    #[error("etcd failed")]
+    Etcd(#[source] etcd_client::Error),
+}
+
+impl From<ElectionError> for TermError {
+    fn from(e: ElectionError) -> Self {
+        Self::Deposed(e)
+    }
+}
+
+/// Everything a term needs from the process.
+pub struct TermContext {
+    pub config: Arc<CoordinatorConfig>,
+    pub etcd: Client,
+    pub election: Election,
+    pub elected: Elected,
+    pub leader: LeaderInfo,
+    pub informers: Informers,
+    pub metrics: FleetMetrics,
+    pub queue_metrics: QueueMetricsFamilies,
+    /// Where this term publishes who may read the cache.
+    pub access: CacheAccess,
+}
+
+/// No worker weighs more than this many times the median live worker in shard assignment, whatever it
+/// advertises: a worker twice as big gets twice the shards, but one advertisement cannot take the fleet.
+const MAX_WEIGHT_RATIO: u32 = 4;
+
+/// Controllers retired in this term that status remembers, newest last.
+const MAX_RETIRED_SHOWN: usize = 64;
+
+/// How often declared kinds whose informers stopped as unserved are tried again (a CRD may have been
+/// created since).
+const UNSERVED_RETRY: Duration = Duration::from_secs(300);
+
+struct ControllerState {
+    spec: ControllerSpec,
+    queue: WorkQueue<String>,
+    synced: bool,
+    next_resync: Option<Instant>,
+    /// When a live worker (lease alive, said Hello to this leader) last ran it, or when this term
+    /// registered it: retirement counts from here.
+    last_live: Instant,
+    /// Metric handles looked up once: the per-item path must not hash label sets.
+    counters: ControllerCounters,
+}
+
+struct ControllerCounters {
+    assigned: Counter,
+    success: Counter,
+    requeue_after: Counter,
+    error: Counter,
+}
+
+impl ControllerCounters {
+    fn new(metrics: &FleetMetrics, controller: &str) -> Self {
+        let done = |outcome: &str| {
+            metrics
+                .done
+                .get_or_create(&OutcomeLabel {
+                    controller: controller.to_owned(),
+                    outcome: outcome.to_owned(),
+                })
+                .clone()
+        };
+        Self {
+            assigned: metrics
+                .assigned
+                .get_or_create(&ControllerLabel {
+                    controller: controller.to_owned(),
+                })
+                .clone(),
+            success: done("success"),
+            requeue_after: done("requeue_after"),
+            error: done("error"),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Item {
+    controller: String,
+    key: String,
+    worker: String,
+    shard: u32,
+    /// Reported held from an earlier term: not in this term's queue as processing.
+    foreign: bool,
+}
+
+/// How long a new leader waits for the workers it finds registered to say Hello before it rebalances.
+const SETTLE: Duration = Duration::from_secs(2);
+/// etcd's default limit of operations in one transaction is 128; each claim is one compare and one put.
+const TXN_CHUNK: usize = 60;
+
+/// Starts the dispatcher of one term; it runs until `stop` is cancelled or the term ends on its own
+/// (deposed, or etcd lost). The returned handle serves the gRPC services.
+pub fn spawn(
+    ctx: TermContext,
+    stop: CancellationToken,
+) -> (
+    DispatcherHandle,
+    tokio::task::JoinHandle<Result<(), TermError>>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let (discovered_tx, discovered) = mpsc::unbounded_channel();
+        let mut d = Dispatcher::new(ctx, discovered_tx);
+        d.run(rx, discovered, stop).await
+    });
+    (DispatcherHandle { tx }, task)
+}
+
+struct Dispatcher {
+    ctx: TermContext,
+    term: u64,
+    keys: FleetKeys,
+    controllers: HashMap<String, ControllerState>,
+    routes: Routes,
+    /// The ownerReference graph routing owner-graph controllers, and the discoveries that feed it.
+    graph: OwnerGraph,
+    discovered_tx: mpsc::UnboundedSender<Vec<ResourceKind>>,
+    /// Cancelled when the term ends: stops the tasks the term spawned on demand.
+    term_tasks: CancellationToken,
+    workers: HashMap<String, WorkerState>,
+    shards: ShardTable,
+    items: HashMap<(u64, u64), Item>,
+    next_item: u64,
+    /// Keys held by a worker from an earlier term, and keys of this term waiting for them to finish.
+    foreign_keys: HashSet<(String, String)>,
+    deferred: HashSet<(String, String)>,
+    expectations: Expectations,
+    outbox: HashMap<String, Vec<proto::Assign>>,
+    pending_moves: BTreeSet<u32>,
+    needs_rebalance: bool,
+    settle_until: Instant,
+    /// Whether workers or controllers changed since the cache access view was last published.
+    access_dirty: bool,
+    /// Controllers retired in this term, with when.
+    retired: Vec<(String, Instant)>,
+    /// Stops the owner graph's discovery when its last controller retires.
+    discovery_stop: Option<CancellationToken>,
+    next_unserved_retry: Instant,
+}
+
+impl Dispatcher {
+    pub(super) fn new(
+        ctx: TermContext,
+        discovered_tx: mpsc::UnboundedSender<Vec<ResourceKind>>,
+    ) -> Self {
+        let term = ctx.elected.term();
+        let keys = FleetKeys::new(&ctx.config.fleet);
+        let shards = ShardTable::new(ctx.config.shards);
+        Self {
+            term,
+            keys,
+            controllers: HashMap::new(),
+            routes: Routes::default(),
+            graph: OwnerGraph::default(),
+            discovered_tx,
+            term_tasks: CancellationToken::new(),
+            workers: HashMap::new(),
+            shards,
+            items: HashMap::new(),
+            next_item: 1,
+            foreign_keys: HashSet::new(),
+            deferred: HashSet::new(),
+            expectations: Expectations::default(),
+            outbox: HashMap::new(),
+            pending_moves: BTreeSet::new(),
+            needs_rebalance: true,
+            settle_until: Instant::now() + SETTLE,
+            access_dirty: true,
+            retired: Vec::new(),
+            discovery_stop: None,
+            next_unserved_retry: Instant::now() + UNSERVED_RETRY,
+            ctx,
+        }
+    }
+
+    pub(super) async fn run(
+        &mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut discovered: mpsc::UnboundedReceiver<Vec<ResourceKind>>,
+        stop: CancellationToken,
+    ) -> Result<(), TermError> {
+        let mut events = self.ctx.informers.subscribe();
+        let _tasks_guard = self.term_tasks.clone().drop_guard();
+        let revision = self.load().await?;
+        let (reg_tx, mut registry) = mpsc::unbounded_channel();
+        let watch_stop = stop.child_token();
+        let _watch_guard = watch_stop.clone().drop_guard();
+        tokio::spawn(watch_registry(
+            self.ctx.etcd.clone(),
+            self.keys.clone(),
+            revision + 1,
+            reg_tx,
+            watch_stop,
+        ));
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        info!(
+            term = self.term,
+            workers = self.workers.len(),
+            controllers = self.controllers.len(),
+            "leading"
+        );
+        loop {
+            let deadline = self.next_deadline();
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                cmd = commands.recv() => {
+                    let Some(cmd) = cmd else { break };
+                    self.handle(cmd).await?;
+                    for _ in 0..4096 {
+                        match commands.try_recv() {
+                            Ok(cmd) => self.handle(cmd).await?,
+                            Err(_) => break,
+                        }
+                    }
+                }
+                ev = events.recv() => {
+                    if let Some(ev) = ev {
+                        self.on_informer_event(ev);
+                        for _ in 0..4096 {
+                            match events.try_recv() {
+                                Ok(ev) => self.on_informer_event(ev),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                }
+                Some(kinds) = discovered.recv() => self.on_discovered(kinds),
+                reg = registry.recv() => match reg {
+                    Some(reg) => self.on_registry(reg),
+                    None => return Err(TermError::Etcd(etcd_client::Error::WatchError("worker registry watch ended".into()))),
+                },
+                () = sleep_until_opt(deadline) => self.promote_due(),
+                _ = tick.tick() => self.periodic().await?,
+            }
+            self.pump();
+            self.flush();
+            if !self.pending_moves.is_empty() {
+                self.complete_moves().await?;
+                self.pump();
+                self.flush();
+            }
+            if self.access_dirty {
+                self.publish_access();
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes who may read the cache: workers with a live lease that said Hello to this leader, and
+    /// every kind a controller declared (plus the owner graph's discovered kinds while it routes).
+    pub(super) fn publish_access(&mut self) {
+        self.access_dirty = false;
+        let workers = self
+            .workers
+            .values()
+            .filter(|w| w.handshaken)
+            .filter_map(|w| w.lease_id.map(|l| (w.id.clone(), l)))
+            .collect();
+        let mut kinds: HashSet<ResourceKind> = self
+            .controllers
+            .values()
+            .flat_map(|c| c.spec.kinds())
+            .collect();
+        if self.graph.has_controllers() {
+            kinds.extend(self.graph.kinds().cloned());
+        }
+        self.ctx.access.publish(workers, kinds);
+    }
+
+    pub(super) async fn handle(&mut self, cmd: Command) -> Result<(), TermError> {
+        match cmd {
+            Command::Connect {
+                hello,
+                conn_id,
+                tx,
+                reply,
+            } => {
+                let result = self.connect(hello, conn_id, tx).await?;
+                let _ = reply.send(result);
+            }
+            Command::Credit {
+                worker,
+                conn_id,
+                credit,
+            } => {
+                let Some(w) = self
+                    .workers
+                    .get_mut(&worker)
+                    .filter(|w| w.conn.as_ref().is_some_and(|c| c.id == conn_id))
+                else {
+                    return Ok(());
+                };
+                if !w.grant(&credit.controller, credit.n)
+                    && let Verdict::Log { suppressed } = self
+                        .ctx
+                        .metrics
+                        .refused(&worker, "credit_for_unknown_controller")
+                {
+                    warn!(
+                        worker,
+                        controller = %credit.controller,
+                        suppressed,
+                        "credit for a controller the worker did not register; ignored"
+                    );
+                }
+            }
+            Command::Done {
+                worker,
+                conn_id,
+                done,
+            } => {
+                let current = self
+                    .workers
+                    .get(&worker)
+                    .and_then(|w| w.conn.as_ref())
+                    .is_some_and(|c| c.id == conn_id);
+                if !current {
+                    // A stale stream: the worker's Hello on its new stream settled what it holds.
+                    return Ok(());
+                }
+                for d in done {
+                    self.on_done(&worker, d);
+                }
+            }
+            Command::Disconnected { worker, conn_id } => {
+                if let Some(w) = self.workers.get_mut(&worker)
+                    && w.conn.as_ref().is_some_and(|c| c.id == conn_id)
+                {
+                    info!(
+                        worker,
+                        "worker stream ended; its items stay held until it returns or its lease expires"
+                    );
+                    w.conn = None;
+                    w.disconnected_since = Some(Instant::now());
+                    for credits in w.credits.values_mut() {
+                        *credits = 0;
+                    }
+                    self.access_dirty = true;
+                }
+            }
+            Command::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Command::Enqueue { controller, keys } => {
+                if let Some(state) = self.controllers.get_mut(&controller) {
+                    for key in keys {
+                        state.queue.add(key);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

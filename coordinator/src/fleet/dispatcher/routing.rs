@@ -1,0 +1,401 @@
+//! Items: keys from the queues to the owners of their shards within credits, Done and read-your-writes
+//! holds, items taken back, and the timers (delays, resyncs, the periodic checks).
+
+use super::controllers::primary_keys;
+use super::*;
+
+impl Dispatcher {
+    pub(super) fn on_done(&mut self, worker: &str, d: Done) {
+        let id = (d.term, d.item_id);
+        match self.items.get(&id) {
+            Some(item) if item.worker == worker => {}
+            _ => {
+                if let Verdict::Log { suppressed } =
+                    self.ctx.metrics.refused(worker, "done_for_unknown_item")
+                {
+                    warn!(
+                        worker,
+                        term = d.term,
+                        item = d.item_id,
+                        suppressed,
+                        "Done for an item the worker does not hold; ignored"
+                    );
+                }
+                return;
+            }
+        }
+        let Some(item) = self.items.remove(&id) else {
+            return;
+        };
+        self.release(&item, id);
+        if d.outcome == Outcome::Error {
+            debug!(controller = %item.controller, key = %item.key, error = %d.error, "reconcile failed; retrying with backoff");
+        }
+        let Some(state) = self.controllers.get_mut(&item.controller) else {
+            return;
+        };
+        match d.outcome {
+            Outcome::Success => {
+                state.counters.success.inc();
+                state.queue.forget(&item.key);
+            }
+            Outcome::RequeueAfter(after) => {
+                state.counters.requeue_after.inc();
+                state.queue.forget(&item.key);
+                state.queue.add_after(item.key.clone(), after);
+            }
+            Outcome::Error => {
+                state.counters.error.inc();
+                state.queue.add_rate_limited(item.key.clone());
+            }
+        }
+        if item.foreign {
+            self.finish_foreign(&item.controller, &item.key);
+            return;
+        }
+        // Read-your-writes: hold the key (keep it processing) until the cache shows every write.
+        let mut unobserved = Vec::new();
+        for w in d.writes {
+            let Some(expected) = Expected::of(w.op, w.resource_version) else {
+                continue;
+            };
+            // Only kinds with an informer can be observed; others would hold the key for nothing.
+            let Some(store) = self.ctx.informers.store(&w.kind) else {
+                continue;
+            };
+            let cached = store.get(&w.key).map(|o| o.resource_version);
+            if !expected.observed_in_cache(cached, store.resource_version()) {
+                unobserved.push((w.kind, w.key, expected));
+            }
+        }
+        if unobserved.is_empty() {
+            state.queue.done(&item.key);
+        } else {
+            let now = Instant::now();
+            let deadline = now
+                .checked_add(self.ctx.config.expectations_timeout)
+                .unwrap_or(now);
+            self.expectations
+                .hold(&item.controller, &item.key, unobserved, deadline);
+            self.ctx
+                .metrics
+                .ryw_holds
+                .set(i64::try_from(self.expectations.len()).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Bookkeeping of an item that left its worker.
+    pub(super) fn release(&mut self, item: &Item, id: (u64, u64)) {
+        if let Some(w) = self.workers.get_mut(&item.worker) {
+            w.items.remove(&id);
+            if let Some(n) = w.in_flight.get_mut(&item.controller) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        if self.shards.item_back(item.shard) == 0
+            && matches!(self.shards.state(item.shard), ShardState::Moving { .. })
+        {
+            self.pending_moves.insert(item.shard);
+        }
+    }
+
+    /// Takes an item back without a Done and runs its key again.
+    pub(super) fn reclaim(&mut self, id: (u64, u64)) {
+        let Some(item) = self.items.remove(&id) else {
+            return;
+        };
+        self.release(&item, id);
+        if item.foreign {
+            self.finish_foreign(&item.controller, &item.key);
+            if let Some(state) = self.controllers.get_mut(&item.controller) {
+                state.queue.add(item.key);
+            }
+            return;
+        }
+        if let Some(state) = self.controllers.get_mut(&item.controller) {
+            state.queue.done(&item.key);
+            state.queue.add(item.key);
+        }
+    }
+
+    pub(super) fn finish_foreign(&mut self, controller: &str, key: &str) {
+        let pair = (controller.to_owned(), key.to_owned());
+        self.foreign_keys.remove(&pair);
+        if self.deferred.remove(&pair) {
+            self.route(pair.0, pair.1);
+        }
+    }
+
+    /// Moves keys from the queues to workers while workers have credits.
+    pub(super) fn pump(&mut self) {
+        let names: Vec<String> = self.controllers.keys().cloned().collect();
+        for name in names {
+            // Keys already routed to a worker go first.
+            let ready: Vec<String> = self
+                .workers
+                .values()
+                .filter(|w| {
+                    w.is_dispatchable()
+                        && w.credits(&name) > 0
+                        && w.backlog.get(&name).is_some_and(|b| !b.is_empty())
+                })
+                .map(|w| w.id.clone())
+                .collect();
+            for worker in ready {
+                self.drain_backlog(&worker, &name);
+            }
+            // Pull only while someone can take work, so the queue (and workqueue_depth) keeps what
+            // nobody can run yet. Counted once: each key sent at once uses one credit, a key routed to
+            // a busy worker's backlog uses none.
+            let mut credits: u64 = self
+                .workers
+                .values()
+                .filter(|w| w.is_dispatchable())
+                .map(|w| u64::from(w.credits(&name)))
+                .sum();
+            while credits > 0 {
+                let Some(state) = self.controllers.get_mut(&name) else {
+                    break;
+                };
+                if !state.synced {
+                    break;
+                }
+                let Some(key) = state.queue.get() else { break };
+                if self.route(name.clone(), key) {
+                    credits -= 1;
+                }
+            }
+        }
+        let backlog = self
+            .workers
+            .values()
+            .map(WorkerState::backlog_len)
+            .sum::<usize>()
+            + self.shards.parked_len();
+        self.ctx
+            .metrics
+            .backlog
+            .set(i64::try_from(backlog).unwrap_or(i64::MAX));
+    }
+
+    /// Sends `key` (processing in its queue) to the owner of its shard, or keeps it until it can be sent.
+    /// Returns whether it was sent (using one credit).
+    pub(super) fn route(&mut self, controller: String, key: String) -> bool {
+        if !self.controllers.contains_key(&controller) {
+            // Retired while the key waited: its queue is gone, and so is the key.
+            return false;
+        }
+        let pair = (controller, key);
+        if self.foreign_keys.contains(&pair) {
+            self.deferred.insert(pair);
+            return false;
+        }
+        let (controller, key) = pair;
+        let shard = shard_of(&controller, &key, self.shards.count());
+        let Some(owner) = self.shards.dispatch_owner(shard).map(str::to_owned) else {
+            self.shards.park(shard, Parked { controller, key });
+            return false;
+        };
+        let Some(w) = self.workers.get_mut(&owner) else {
+            self.shards.park(shard, Parked { controller, key });
+            return false;
+        };
+        let backlog_empty = w.backlog.get(&controller).is_none_or(|b| b.is_empty());
+        if w.is_dispatchable() && w.credits(&controller) > 0 && backlog_empty {
+            self.send_item(&owner, controller, key, shard);
+            true
+        } else {
+            w.backlog
+                .entry(controller)
+                .or_default()
+                .push_back((key, shard));
+            false
+        }
+    }
+
+    pub(super) fn drain_backlog(&mut self, worker: &str, controller: &str) {
+        loop {
+            let Some(w) = self.workers.get_mut(worker) else {
+                return;
+            };
+            if !w.is_dispatchable() || w.credits(controller) == 0 {
+                return;
+            }
+            let Some((key, shard)) = w.backlog.get_mut(controller).and_then(|b| b.pop_front())
+            else {
+                return;
+            };
+            self.send_item(worker, controller.to_owned(), key, shard);
+        }
+    }
+
+    pub(super) fn send_item(&mut self, worker: &str, controller: String, key: String, shard: u32) {
+        let item_id = self.next_item;
+        self.next_item += 1;
+        let Some(state) = self.controllers.get(&controller) else {
+            return;
+        };
+        state.counters.assigned.inc();
+        let attempt = state.queue.num_requeues(&key);
+        let (object, prefetched) = self.payload(&state.spec, &key);
+        let Some(w) = self.workers.get_mut(worker) else {
+            return;
+        };
+        if let Some(c) = w.credits.get_mut(&controller) {
+            *c -= 1;
+        }
+        *w.in_flight.entry(controller.clone()).or_default() += 1;
+        w.items.insert((self.term, item_id));
+        self.shards.item_out(shard);
+        self.outbox
+            .entry(worker.to_owned())
+            .or_default()
+            .push(proto::Assign {
+                item_id,
+                term: self.term,
+                controller: controller.clone(),
+                key: key.clone(),
+                shard,
+                attempt,
+                object,
+                prefetched,
+                traceparent: String::new(),
+            });
+        self.items.insert(
+            (self.term, item_id),
+            Item {
+                controller,
+                key,
+                worker: worker.to_owned(),
+                shard,
+                foreign: false,
+            },
+        );
+    }
+
+    /// The primary object and the prefetched related objects, straight from the cache's serialization.
+    pub(super) fn payload(
+        &self,
+        spec: &ControllerSpec,
+        key: &str,
+    ) -> (bytes::Bytes, Vec<proto::PrefetchedObject>) {
+        let primary = match &spec.primary {
+            Primary::Kind(kind) => kind,
+            Primary::OwnerGraph => {
+                let Some((object, dependents)) = self.graph.payload(key, &self.ctx.informers)
+                else {
+                    return (bytes::Bytes::new(), Vec::new());
+                };
+                let dependents = dependents
+                    .iter()
+                    .map(|d| proto::PrefetchedObject {
+                        kind: Some((&d.kind).into()),
+                        object: d.json.clone(),
+                    })
+                    .collect();
+                return (object.json.clone(), dependents);
+            }
+        };
+        let Some(object) = self.ctx.informers.store(primary).and_then(|s| s.get(key)) else {
+            return (bytes::Bytes::new(), Vec::new());
+        };
+        let mut prefetched = Vec::new();
+        for kind in &spec.prefetch_owned {
+            let Some(store) = self.ctx.informers.store(kind) else {
+                continue;
+            };
+            for owned in store.by_owner_uid(&object.uid) {
+                prefetched.push(proto::PrefetchedObject {
+                    kind: Some(kind.into()),
+                    object: owned.json.clone(),
+                });
+            }
+        }
+        (object.json.clone(), prefetched)
+    }
+
+    pub(super) fn flush(&mut self) {
+        for (worker, items) in self.outbox.drain() {
+            if let Some(w) = self.workers.get(&worker) {
+                // A failed send means the stream just broke: the items stay held by the worker until it
+                // reports them in its next Hello or its lease expires.
+                w.send(proto::coordinator_message::Msg::Assign(
+                    proto::AssignBatch { items },
+                ));
+            }
+        }
+    }
+
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        self.controllers
+            .values()
+            .filter_map(|c| c.queue.next_deadline())
+            .min()
+    }
+
+    pub(super) fn promote_due(&mut self) {
+        let now = Instant::now();
+        for state in self.controllers.values_mut() {
+            state.queue.promote_due(now);
+        }
+    }
+
+    pub(super) async fn periodic(&mut self) -> Result<(), TermError> {
+        let now = Instant::now();
+        self.promote_due();
+        // An owner-graph controller may open on time alone (a kind that never syncs, see SYNC_GRACE).
+        let waiting: Vec<String> = self
+            .controllers
+            .values()
+            .filter(|c| !c.synced && c.spec.primary == Primary::OwnerGraph)
+            .map(|c| c.spec.name.clone())
+            .collect();
+        for name in waiting {
+            self.check_synced(&name);
+        }
+        for state in self.controllers.values_mut() {
+            state.queue.update_unfinished_work(now);
+            if let (Some(at), Some(every)) = (state.next_resync, state.spec.resync)
+                && at <= now
+                && state.synced
+            {
+                state.next_resync = Some(now + every);
+                for key in primary_keys(&state.spec.primary, &self.graph, &self.ctx.informers) {
+                    state.queue.add(key);
+                }
+            }
+        }
+        let expired = self.expectations.expire(now);
+        if !expired.is_empty() {
+            self.ctx.metrics.ryw_expired.inc_by(expired.len() as u64);
+            warn!(
+                keys = expired.len(),
+                "writes not observed within the bound; dispatching anyway"
+            );
+            self.release_holds(expired);
+        }
+        self.retire_controllers(now).await?;
+        if now >= self.next_unserved_retry {
+            self.next_unserved_retry = now + UNSERVED_RETRY;
+            self.ctx.informers.retry_unserved();
+        }
+        self.fence_silent_workers(now).await?;
+        let free: Vec<String> = self
+            .workers
+            .values()
+            .filter(|w| w.lease_id.is_none() && w.fenced_until.is_none_or(|t| t <= now))
+            .map(|w| w.id.clone())
+            .collect();
+        for id in free {
+            self.free_worker(&id, "lease_expired");
+        }
+        let all_connected = self
+            .workers
+            .values()
+            .all(|w| w.handshaken || w.lease_id.is_none());
+        if self.needs_rebalance && (all_connected || now >= self.settle_until) {
+            self.rebalance().await?;
+        }
+        Ok(())
+    }
+}
