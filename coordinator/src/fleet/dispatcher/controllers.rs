@@ -2,6 +2,7 @@
 //! informers, the sync gate, informer events into keys, the owner graph's discovery, and retiring
 //! controllers no live worker runs.
 
+use super::etcd_work::EtcdWork;
 use super::membership::Registration;
 use super::*;
 
@@ -220,7 +221,7 @@ impl Dispatcher {
 
     /// Retires every controller no live worker has run for `--controller-retire-after`: a controller a
     /// stray or departed worker declared must not keep its informers, queue and spec for good.
-    pub(super) async fn retire_controllers(&mut self, now: Instant) -> Result<(), TermError> {
+    pub(super) fn retire_controllers(&mut self, now: Instant) {
         let running: HashSet<&str> = self
             .workers
             .values()
@@ -237,16 +238,15 @@ impl Dispatcher {
             }
         }
         for name in due {
-            self.retire(&name, now).await?;
+            self.retire(&name, now);
         }
-        Ok(())
     }
 
     /// Drops `name`'s queue and routes, stops the informers no other controller needs, and deletes its
-    /// spec from etcd (fenced by the term). Items of it still out finish without effect.
-    pub(super) async fn retire(&mut self, name: &str, now: Instant) -> Result<(), TermError> {
+    /// spec from etcd (beside the loop, fenced by the term). Items of it still out finish without effect.
+    pub(super) fn retire(&mut self, name: &str, now: Instant) {
         let Some(state) = self.controllers.remove(name) else {
-            return Ok(());
+            return;
         };
         warn!(controller = name, after = ?self.ctx.config.controller_retire_after, keys = state.queue.len(),
             "retiring a controller no live worker runs: dropping its queue and spec");
@@ -280,24 +280,9 @@ impl Dispatcher {
         }
         self.ctx.metrics.retired.inc();
         self.access_dirty = true;
-        let deleted = self
-            .ctx
-            .election
-            .fenced_txn(
-                &self.ctx.elected,
-                vec![],
-                vec![TxnOp::delete(self.keys.controller(name), None)],
-            )
-            .await;
-        match deleted {
-            Ok(_) => Ok(()),
-            // The next leader loads it and retires it again after the same wait.
-            Err(ElectionError::Etcd(err)) => {
-                warn!(controller = name, error = %err, "cannot delete a retired controller's spec");
-                Ok(())
-            }
-            Err(err) => Err(err.into()),
-        }
+        self.etcd_work.spawn(EtcdWork::DeleteSpec {
+            name: name.to_owned(),
+        });
     }
 }
 

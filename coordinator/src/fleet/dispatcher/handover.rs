@@ -1,9 +1,12 @@
 //! Shards: assignment over live workers, claims of free shards and handover without overlap.
 
+use super::etcd_work::{EtcdWork, ShardWrite, WriteOutcome};
 use super::*;
 
 impl Dispatcher {
-    pub(super) async fn rebalance(&mut self) -> Result<(), TermError> {
+    /// Computes the desired owners and starts what moves them there: claims of free shards go to etcd,
+    /// moves start by revoking the shard from its old owner (they finish in `complete_moves`).
+    pub(super) fn rebalance(&mut self) {
         self.needs_rebalance = false;
         let live = fair_weights(
             self.workers
@@ -16,7 +19,7 @@ impl Dispatcher {
                 .collect(),
         );
         if live.is_empty() {
-            return Ok(());
+            return;
         }
         let live_ids: HashSet<&str> = self
             .workers
@@ -37,6 +40,10 @@ impl Dispatcher {
         let mut revokes: HashMap<String, Vec<u32>> = HashMap::new();
         for (s, target) in desired.into_iter().enumerate() {
             let s = u32::try_from(s).unwrap_or(u32::MAX);
+            if self.committing.contains(&s) {
+                // Its write is in flight; the next rebalance sees how it ended.
+                continue;
+            }
             let target = target.to_string();
             match self.shards.state(s).clone() {
                 ShardState::Unowned => claims.push((s, target)),
@@ -71,99 +78,37 @@ impl Dispatcher {
                 }));
             }
         }
-        self.claim(claims).await?;
-        Ok(())
+        self.claim(claims);
     }
 
-    /// Writes ownership of unowned shards, in chunks, each guarded by "still unowned" and "still leader".
-    pub(super) async fn claim(&mut self, claims: Vec<(u32, String)>) -> Result<(), TermError> {
-        for chunk in claims.chunks(TXN_CHUNK) {
-            let mut compares = Vec::new();
-            let mut ops = Vec::new();
-            for (s, owner) in chunk {
-                let Some(lease) = self.workers.get(owner).and_then(|w| w.lease_id) else {
-                    continue;
-                };
-                let key = self.keys.shard(*s);
-                compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
-                ops.push(TxnOp::put(
-                    key,
-                    owner.clone(),
-                    Some(PutOptions::new().with_lease(lease)),
-                ));
-            }
-            if ops.is_empty() {
-                continue;
-            }
-            let all = self
-                .ctx
-                .election
-                .fenced_txn(&self.ctx.elected, compares, ops)
-                .await;
-            match all {
-                Ok(true) => {
-                    for (s, owner) in chunk {
-                        self.owned(*s, owner.clone());
-                    }
-                }
-                // Some shard was not free after all (or a lease just ended): go one by one.
-                Ok(false) | Err(ElectionError::Etcd(_)) => {
-                    for (s, owner) in chunk {
-                        self.claim_one(*s, owner).await?;
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+    /// Hands claims of unowned shards to etcd (one batched, guarded write per chunk). The shards stay
+    /// undispatchable until their results are back.
+    pub(super) fn claim(&mut self, claims: Vec<(u32, String)>) {
+        let writes: Vec<ShardWrite> = claims
+            .into_iter()
+            .filter_map(|(shard, to)| {
+                let lease = self.workers.get(&to).and_then(|w| w.lease_id)?;
+                Some(ShardWrite {
+                    shard,
+                    from: None,
+                    to,
+                    lease,
+                })
+            })
+            .collect();
+        self.hand_off(writes);
     }
 
-    pub(super) async fn claim_one(&mut self, s: u32, owner: &str) -> Result<(), TermError> {
-        let Some(lease) = self.workers.get(owner).and_then(|w| w.lease_id) else {
-            return Ok(());
-        };
-        let key = self.keys.shard(s);
-        let compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
-        let ops = vec![TxnOp::put(
-            key,
-            owner,
-            Some(PutOptions::new().with_lease(lease)),
-        )];
-        match self
-            .ctx
-            .election
-            .fenced_txn(&self.ctx.elected, compares, ops)
-            .await
-        {
-            Ok(true) => self.owned(s, owner.to_owned()),
-            Ok(false) => {
-                // Someone owns it in etcd that this leader did not know of; read who, retry later.
-                self.needs_rebalance = true;
-                let mut etcd = self.ctx.etcd.clone();
-                if let Ok(resp) = etcd.get(self.keys.shard(s), None).await
-                    && let Some(kv) = resp.kvs().first()
-                    && let Ok(current) = std::str::from_utf8(kv.value())
-                {
-                    self.shards
-                        .set_state(s, ShardState::Owned(current.to_owned()));
-                    self.unpark(s);
-                }
-            }
-            Err(ElectionError::Etcd(err)) => {
-                debug!(shard = s, error = %err, "claim failed; retrying at the next rebalance");
-                self.needs_rebalance = true;
-            }
-            Err(e) => return Err(e.into()),
-        }
-        Ok(())
-    }
-
-    /// Finishes the moves whose old owner holds nothing of the shard any more.
-    pub(super) async fn complete_moves(&mut self) -> Result<(), TermError> {
+    /// Hands off the moves whose old owner holds nothing of the shard any more.
+    pub(super) fn complete_moves(&mut self) {
         let candidates: Vec<u32> = std::mem::take(&mut self.pending_moves)
             .into_iter()
             .collect();
+        let mut writes = Vec::new();
         for s in candidates {
+            if self.committing.contains(&s) {
+                continue;
+            }
             let ShardState::Moving { from, to } = self.shards.state(s).clone() else {
                 continue;
             };
@@ -177,36 +122,73 @@ impl Dispatcher {
                 self.needs_rebalance = true;
                 continue;
             };
-            let key = self.keys.shard(s);
-            let compares = vec![Compare::value(key.clone(), CompareOp::Equal, from.clone())];
-            let ops = vec![TxnOp::put(
-                key,
-                to.clone(),
-                Some(PutOptions::new().with_lease(lease)),
-            )];
-            match self
-                .ctx
-                .election
-                .fenced_txn(&self.ctx.elected, compares, ops)
-                .await
-            {
-                Ok(true) => {
-                    self.ctx.metrics.shard_moves.inc();
-                    self.owned(s, to);
-                }
-                Ok(false) => {
-                    // The old owner's key vanished (its lease ended): the shard is free to claim.
-                    self.shards.set_state(s, ShardState::Unowned);
-                    self.claim_one(s, &to).await?;
-                }
-                Err(ElectionError::Etcd(err)) => {
-                    debug!(shard = s, error = %err, "move failed; retrying");
-                    self.pending_moves.insert(s);
-                }
-                Err(e) => return Err(e.into()),
-            }
+            writes.push(ShardWrite {
+                shard: s,
+                from: Some(from),
+                to,
+                lease,
+            });
         }
-        Ok(())
+        self.hand_off(writes);
+    }
+
+    fn hand_off(&mut self, writes: Vec<ShardWrite>) {
+        if writes.is_empty() {
+            return;
+        }
+        self.committing.extend(writes.iter().map(|w| w.shard));
+        self.etcd_work.spawn(EtcdWork::Shards(writes));
+    }
+
+    /// Settles a shard write. While it was in flight the shard was neither dispatchable nor touched
+    /// by rebalancing or worker loss (its old owner held nothing of it, and nothing was sent), so
+    /// whatever the outcome, the shard goes to one live owner or none: never two.
+    pub(super) fn on_shard_written(&mut self, w: ShardWrite, outcome: WriteOutcome) {
+        let s = w.shard;
+        self.committing.remove(&s);
+        let live = |d: &Self, id: &str| d.workers.get(id).is_some_and(|w| w.lease_id.is_some());
+        match outcome {
+            WriteOutcome::Written => {
+                if w.from.is_some() {
+                    self.ctx.metrics.shard_moves.inc();
+                }
+                if live(self, &w.to) {
+                    self.owned(s, w.to);
+                } else {
+                    // Written on a lease that has ended: the key went with it.
+                    self.shards.set_state(s, ShardState::Unowned);
+                    self.needs_rebalance = true;
+                }
+            }
+            WriteOutcome::Refused { current } => {
+                // Not free after all (a claim), or the old owner's key vanished (a move): take etcd's
+                // word for who owns it, and rebalance from there.
+                match current {
+                    Some(owner) if live(self, &owner) => self.owned(s, owner),
+                    Some(owner) => self.shards.set_state(s, ShardState::Owned(owner)),
+                    None => self.shards.set_state(s, ShardState::Unowned),
+                }
+                self.needs_rebalance = true;
+            }
+            WriteOutcome::Failed => match w.from {
+                None => {
+                    self.shards.set_state(s, ShardState::Unowned);
+                    self.needs_rebalance = true;
+                }
+                Some(from) => {
+                    if !live(self, &from) {
+                        self.shards.set_state(s, ShardState::Unowned);
+                        self.needs_rebalance = true;
+                    } else if !live(self, &w.to) {
+                        self.owned(s, from);
+                        self.needs_rebalance = true;
+                    } else {
+                        // Still Moving: try again on the next pass.
+                        self.pending_moves.insert(s);
+                    }
+                }
+            },
+        }
     }
 
     pub(super) fn owned(&mut self, s: u32, owner: String) {

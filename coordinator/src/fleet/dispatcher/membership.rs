@@ -1,6 +1,7 @@
 //! Which workers the term knows: Hello and registration checks, the etcd worker registry, workers that
 //! went silent (fenced by revoking their lease) and workers whose lease ended (their items run again).
 
+use super::etcd_work::{EtcdWork, MAX_LEASE_TTL};
 use super::*;
 
 /// A worker registration as stored in etcd (`workers/<id>`), written by the worker.
@@ -101,19 +102,16 @@ impl Dispatcher {
                     });
                 }
                 Some(true) => accepted.push((spec.name.clone(), concurrency)),
-                None => match self.persist_spec(&spec).await {
-                    Ok(()) => {
-                        accepted.push((spec.name.clone(), concurrency));
-                        self.register_controller(spec);
-                    }
-                    Err(ElectionError::Etcd(err)) => {
-                        warn!(worker = %id, controller = %spec.name, error = %err, "cannot persist a controller spec; the worker will retry");
-                        return Ok(Err(tonic::Status::unavailable(
-                            "cannot persist the controller spec in etcd; retry",
-                        )));
-                    }
-                    Err(err) => return Err(err.into()),
-                },
+                None => {
+                    // Stored beside the loop, for hot standbys and the next leader (which also learn
+                    // it from the workers' Hellos).
+                    self.etcd_work.spawn(EtcdWork::PutSpec {
+                        name: spec.name.clone(),
+                        encoded: crate::fleet::spec_codec::encode(&spec),
+                    });
+                    accepted.push((spec.name.clone(), concurrency));
+                    self.register_controller(spec);
+                }
             }
         }
         // Reconcile what the worker says it holds with what this leader thinks it holds.
@@ -241,26 +239,11 @@ impl Dispatcher {
         Ok(true)
     }
 
-    pub(super) async fn persist_spec(
-        &mut self,
-        spec: &ControllerSpec,
-    ) -> Result<(), ElectionError> {
-        let encoded = crate::fleet::spec_codec::encode(spec);
-        self.ctx
-            .election
-            .fenced_txn(
-                &self.ctx.elected,
-                vec![],
-                vec![TxnOp::put(self.keys.controller(&spec.name), encoded, None)],
-            )
-            .await?;
-        Ok(())
-    }
-
     /// A worker that stays away longer than the grace while its lease lives would keep its shards
     /// forever; revoke its lease (it fences itself on the next renewal) and free its items a lease
-    /// TTL later, when it has certainly stopped.
-    pub(super) async fn fence_silent_workers(&mut self, now: Instant) -> Result<(), TermError> {
+    /// TTL later, when it has certainly stopped. The revoke runs beside the loop; until its result
+    /// (`on_fenced`) the worker counts as fenced for the longest TTL a lease may have.
+    pub(super) fn fence_silent_workers(&mut self, now: Instant) {
         let grace = self.ctx.config.worker_reconnect_grace;
         let silent: Vec<(String, i64)> = self
             .workers
@@ -273,26 +256,24 @@ impl Dispatcher {
             })
             .filter_map(|w| w.lease_id.map(|l| (w.id.clone(), l)))
             .collect();
-        for (id, lease) in silent {
-            let mut etcd = self.ctx.etcd.clone();
-            let ttl = etcd
-                .lease_time_to_live(lease, None)
-                .await
-                .map(|r| r.granted_ttl())
-                .unwrap_or(0);
-            // The worker chose its lease's TTL: bound it before doing arithmetic with it.
-            let ttl =
-                Duration::from_secs(u64::try_from(ttl).unwrap_or(0).clamp(1, MAX_LEASE_TTL_SECS));
-            warn!(worker = %id, "worker silent beyond the reconnect grace; revoking its lease");
-            if let Err(err) = etcd.lease_revoke(lease).await {
-                debug!(worker = %id, error = %err, "lease revoke failed (already gone?)");
-            }
-            if let Some(w) = self.workers.get_mut(&id) {
-                w.fenced_until = Some(now.checked_add(ttl).unwrap_or(now));
+        for (worker, lease) in silent {
+            warn!(%worker, "worker silent beyond the reconnect grace; revoking its lease");
+            if let Some(w) = self.workers.get_mut(&worker) {
+                w.fenced_until = Some(now.checked_add(MAX_LEASE_TTL).unwrap_or(now));
                 self.access_dirty = true;
             }
+            self.etcd_work.spawn(EtcdWork::Fence { worker, lease });
         }
-        Ok(())
+    }
+
+    /// A silent worker's lease is revoked (or could not be): its items are free `ttl` from now.
+    pub(super) fn on_fenced(&mut self, worker: &str, ttl: Duration) {
+        let now = Instant::now();
+        if let Some(w) = self.workers.get_mut(worker)
+            && let Some(until) = &mut w.fenced_until
+        {
+            *until = (*until).min(now.checked_add(ttl).unwrap_or(now));
+        }
     }
 
     pub(super) fn on_registry(&mut self, ev: RegistryEvent) {
@@ -359,6 +340,10 @@ impl Dispatcher {
             self.reclaim(item_id);
         }
         for s in 0..self.shards.count() {
+            if self.committing.contains(&s) {
+                // Its write is in flight; settling the result accounts for the worker's end.
+                continue;
+            }
             match self.shards.state(s).clone() {
                 // Its ownership keys died with its lease.
                 ShardState::Owned(o) if o == id => self.shards.set_state(s, ShardState::Unowned),
@@ -381,9 +366,6 @@ impl Dispatcher {
         self.access_dirty = true;
     }
 }
-
-/// A worker's lease TTL is its own choice; the leader waits at most this long after revoking it.
-pub(super) const MAX_LEASE_TTL_SECS: u64 = 3600;
 
 /// Follows `workers/` from `revision`, turning puts and deletes into registry events.
 pub(super) async fn watch_registry(

@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, TxnOp, WatchOptions};
+use etcd_client::{Client, GetOptions, WatchOptions};
 use flotilla_common::Verdict;
 use flotilla_common::{Elected, Election, ElectionError, FleetKeys, LeaderInfo, ResourceKind};
 use flotilla_proto as proto;
@@ -39,12 +39,14 @@ use crate::queue::{QueueMetricsFamilies, WorkQueue};
 use crate::shard::{WorkerWeight, assign, shard_of};
 
 mod controllers;
+mod etcd_work;
 mod handover;
 mod membership;
 mod routing;
 mod status;
 
 pub use controllers::DISCOVERY_PERIOD;
+use etcd_work::{EtcdDone, EtcdWorker};
 use membership::watch_registry;
 
 /// Requests to the dispatcher, from the gRPC services.
@@ -193,8 +195,6 @@ struct Item {
 
 /// How long a new leader waits for the workers it finds registered to say Hello before it rebalances.
 const SETTLE: Duration = Duration::from_secs(2);
-/// etcd's default limit of operations in one transaction is 128; each claim is one compare and one put.
-const TXN_CHUNK: usize = 60;
 
 /// Starts the dispatcher of one term; it runs until `stop` is cancelled or the term ends on its own
 /// (deposed, or etcd lost). The returned handle serves the gRPC services.
@@ -208,8 +208,17 @@ pub fn spawn(
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
         let (discovered_tx, discovered) = mpsc::unbounded_channel();
-        let mut d = Dispatcher::new(ctx, discovered_tx);
-        d.run(rx, discovered, stop).await
+        let (etcd_tx, etcd_done) = mpsc::unbounded_channel();
+        let etcd_work = EtcdWorker {
+            etcd: ctx.etcd.clone(),
+            election: ctx.election.clone(),
+            elected: ctx.elected.clone(),
+            keys: FleetKeys::new(&ctx.config.fleet),
+            done: etcd_tx,
+            stop: stop.child_token(),
+        };
+        let mut d = Dispatcher::new(ctx, discovered_tx, etcd_work);
+        d.run(rx, discovered, etcd_done, stop).await
     });
     (DispatcherHandle { tx }, task)
 }
@@ -235,6 +244,11 @@ struct Dispatcher {
     expectations: Expectations,
     outbox: HashMap<String, Vec<proto::Assign>>,
     pending_moves: BTreeSet<u32>,
+    /// Shards whose ownership write is with etcd: undispatchable, and left alone by rebalancing and
+    /// worker loss until the result is back.
+    committing: BTreeSet<u32>,
+    /// Runs etcd writes beside the loop; their results arrive on the loop's `etcd_done` channel.
+    etcd_work: EtcdWorker,
     needs_rebalance: bool,
     settle_until: Instant,
     /// Whether workers or controllers changed since the cache access view was last published.
@@ -250,6 +264,7 @@ impl Dispatcher {
     pub(super) fn new(
         ctx: TermContext,
         discovered_tx: mpsc::UnboundedSender<Vec<ResourceKind>>,
+        etcd_work: EtcdWorker,
     ) -> Self {
         let term = ctx.elected.term();
         let keys = FleetKeys::new(&ctx.config.fleet);
@@ -271,6 +286,8 @@ impl Dispatcher {
             expectations: Expectations::default(),
             outbox: HashMap::new(),
             pending_moves: BTreeSet::new(),
+            committing: BTreeSet::new(),
+            etcd_work,
             needs_rebalance: true,
             settle_until: Instant::now() + SETTLE,
             access_dirty: true,
@@ -285,6 +302,7 @@ impl Dispatcher {
         &mut self,
         mut commands: mpsc::UnboundedReceiver<Command>,
         mut discovered: mpsc::UnboundedReceiver<Vec<ResourceKind>>,
+        mut etcd_done: mpsc::UnboundedReceiver<EtcdDone>,
         stop: CancellationToken,
     ) -> Result<(), TermError> {
         let mut events = self.ctx.informers.subscribe();
@@ -338,16 +356,19 @@ impl Dispatcher {
                     Some(reg) => self.on_registry(reg),
                     None => return Err(TermError::Etcd(etcd_client::Error::WatchError("worker registry watch ended".into()))),
                 },
+                Some(done) = etcd_done.recv() => match done {
+                    EtcdDone::Shard(write, outcome) => self.on_shard_written(write, outcome),
+                    EtcdDone::Fenced { worker, ttl } => self.on_fenced(&worker, ttl),
+                    EtcdDone::Deposed(err) => return Err(err.into()),
+                },
                 () = sleep_until_opt(deadline) => self.promote_due(),
-                _ = tick.tick() => self.periodic().await?,
+                _ = tick.tick() => self.periodic(),
+            }
+            if !self.pending_moves.is_empty() {
+                self.complete_moves();
             }
             self.pump();
             self.flush();
-            if !self.pending_moves.is_empty() {
-                self.complete_moves().await?;
-                self.pump();
-                self.flush();
-            }
             if self.access_dirty {
                 self.publish_access();
             }

@@ -340,7 +340,7 @@ impl Dispatcher {
         }
     }
 
-    pub(super) async fn periodic(&mut self) -> Result<(), TermError> {
+    pub(super) fn periodic(&mut self) {
         let now = Instant::now();
         self.promote_due();
         // An owner-graph controller may open on time alone (a kind that never syncs, see SYNC_GRACE).
@@ -374,12 +374,12 @@ impl Dispatcher {
             );
             self.release_holds(expired);
         }
-        self.retire_controllers(now).await?;
+        self.retire_controllers(now);
         if now >= self.next_unserved_retry {
             self.next_unserved_retry = now + UNSERVED_RETRY;
             self.ctx.informers.retry_unserved();
         }
-        self.fence_silent_workers(now).await?;
+        self.fence_silent_workers(now);
         let free: Vec<String> = self
             .workers
             .values()
@@ -394,8 +394,7 @@ impl Dispatcher {
             .values()
             .all(|w| w.handshaken || w.lease_id.is_none());
         if self.needs_rebalance && (all_connected || now >= self.settle_until) {
-            self.rebalance().await?;
+            self.rebalance();
         }
-        Ok(())
     }
 }
