@@ -14,11 +14,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
-use super::common::{JOURNAL_LABEL, create_configmaps, journal_worker};
+use super::common::{JOURNAL_LABEL, JournalFleet, create_configmaps, journal_fleet};
 use super::journal::{intervals, now_ns, read};
 use super::peer::{hello, open};
 use crate::support::cluster::TestCluster;
-use crate::support::fleet::{Fleet, metric};
+use crate::support::fleet::metric;
 use crate::support::namespace::unique_namespace;
 use crate::support::wait::{wait_for, within};
 
@@ -57,12 +57,13 @@ async fn garbled_stale_unknown_and_silent_peers_are_refused_and_counted_while_re
     let cluster = TestCluster::start().await;
     let client = cluster.client();
     let ns = unique_namespace(&client, "badinput").await;
-    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
-    let journal = fleet.dir().join("journal.jsonl");
-    let coordinator = fleet.coordinator("c0", &["--worker-hello-timeout", "1s"]);
-    let _w = journal_worker(&fleet, "w0", &journal, 5, 10);
-    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
-    let addr = fleet.leader().await.unwrap().info.address;
+    let JournalFleet {
+        fleet,
+        journal,
+        coordinator,
+        worker: _w,
+        addr,
+    } = journal_fleet(&cluster, &["--worker-hello-timeout", "1s"]).await;
 
     // Garbage bytes where a WorkerMessage should be: 0xff is an invalid protobuf wire type.
     assert_eq!(

@@ -119,3 +119,39 @@ pub async fn reconciled(journal: &std::path::Path, key: &str, timeout: std::time
     })
     .await
 }
+
+/// A fleet of one coordinator and one journal worker, as the bad-input tests use it.
+pub struct JournalFleet {
+    /// The fleet.
+    pub fleet: Fleet,
+    /// The journal the worker writes.
+    pub journal: std::path::PathBuf,
+    /// The coordinator, `c0`.
+    pub coordinator: Proc,
+    /// The worker, `w0` (5 ms reconciles, 10 at once).
+    pub worker: Proc,
+    /// The leader's gRPC address.
+    pub addr: String,
+}
+
+/// Starts a [`JournalFleet`] on `cluster` with `coordinator_flags`; returns once the worker is connected.
+pub async fn journal_fleet(
+    cluster: &crate::support::cluster::TestCluster,
+    coordinator_flags: &[&str],
+) -> JournalFleet {
+    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    let journal = fleet.dir().join("journal.jsonl");
+    let coordinator = fleet.coordinator("c0", coordinator_flags);
+    let worker = journal_worker(&fleet, "w0", &journal, 5, 10);
+    fleet
+        .wait_for_workers(1, std::time::Duration::from_secs(60))
+        .await;
+    let addr = fleet.leader().await.expect("a leader").info.address;
+    JournalFleet {
+        fleet,
+        journal,
+        coordinator,
+        worker,
+        addr,
+    }
+}

@@ -17,10 +17,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
-use super::common::{JOURNAL_LABEL, create_configmaps, journal_worker, reconciled};
+use super::common::{JOURNAL_LABEL, JournalFleet, create_configmaps, journal_fleet, reconciled};
 use super::peer::{cache_client, hello_with, kind, open, register, spec};
 use crate::support::cluster::TestCluster;
-use crate::support::fleet::{Fleet, metric};
+use crate::support::fleet::metric;
 use crate::support::namespace::unique_namespace;
 use crate::support::wait::{wait_for, within};
 
@@ -44,12 +44,13 @@ async fn boundless_capacity_a_flood_of_done_and_silent_streams_take_neither_the_
     let cluster = TestCluster::start().await;
     let client = cluster.client();
     let ns = unique_namespace(&client, "hostile").await;
-    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
-    let journal = fleet.dir().join("journal.jsonl");
-    let coordinator = fleet.coordinator("c0", &["--worker-hello-timeout", "1s"]);
-    let _w = journal_worker(&fleet, "w0", &journal, 5, 10);
-    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
-    let addr = fleet.leader().await.unwrap().info.address;
+    let JournalFleet {
+        fleet,
+        journal,
+        coordinator,
+        worker: _w,
+        addr,
+    } = journal_fleet(&cluster, &["--worker-hello-timeout", "1s"]).await;
     let (mut etcd, lease) = register(&fleet, "greedy", 30, u32::MAX).await;
 
     // u32::MAX for one controller is refused; the documented maximum is taken, but weighs at most four
@@ -207,20 +208,22 @@ async fn the_cache_answers_only_registered_workers_for_declared_kinds_and_a_stra
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
-    let journal = fleet.dir().join("journal.jsonl");
-    let coordinator = fleet.coordinator(
-        "c0",
+    let JournalFleet {
+        fleet,
+        journal,
+        coordinator,
+        worker: _w,
+        addr,
+    } = journal_fleet(
+        &cluster,
         &[
             "--controller-retire-after",
             "3s",
             "--unserved-kind-timeout",
             "2s",
         ],
-    );
-    let _w = journal_worker(&fleet, "w0", &journal, 5, 10);
-    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
-    let addr = fleet.leader().await.unwrap().info.address;
+    )
+    .await;
     let informer_kinds = || async {
         fleet
             .status()

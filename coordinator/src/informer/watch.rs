@@ -222,6 +222,17 @@ mod tests {
         (state, rx)
     }
 
+    /// What the API server answers a list of a kind it does not serve.
+    fn not_found() -> watcher::Error {
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(
+            Status::failure(
+                "the server could not find the requested resource",
+                "NotFound",
+            )
+            .with_code(404),
+        )))
+    }
+
     fn describe(event: &InformerEvent) -> String {
         match event {
             InformerEvent::Applied { old, new } => format!(
@@ -364,15 +375,6 @@ mod tests {
         let (state, mut rx) = state();
         let synced = state.synced.clone();
         let metrics = state.metrics.clone();
-        let not_found = || {
-            watcher::Error::InitialListFailed(kube::Error::Api(Box::new(
-                Status::failure(
-                    "the server could not find the requested resource",
-                    "NotFound",
-                )
-                .with_code(404),
-            )))
-        };
         let unserved = state.unserved.clone();
         run_informer(
             state,
@@ -394,17 +396,8 @@ mod tests {
         let (mut state, _rx) = state();
         state.unserved_after = Duration::from_secs(10);
         let unserved = state.unserved.clone();
-        let not_found = || {
-            watcher::Error::InitialListFailed(kube::Error::Api(Box::new(
-                Status::failure(
-                    "the server could not find the requested resource",
-                    "NotFound",
-                )
-                .with_code(404),
-            )))
-        };
         // A 404 every 3 s, forever: the task must end on its own once 10 s have passed.
-        let stream = futures::stream::unfold((), move |()| async move {
+        let stream = futures::stream::unfold((), |()| async move {
             tokio::time::sleep(Duration::from_secs(3)).await;
             Some((Err(not_found()), ()))
         });

@@ -7,6 +7,20 @@ use super::membership::Registration;
 use super::*;
 
 impl Dispatcher {
+    /// Every kind a controller of the term declared, plus the owner graph's discovered kinds while an
+    /// owner-graph controller runs: what the informers must keep and the cache may serve.
+    pub(super) fn declared_kinds(&self) -> HashSet<ResourceKind> {
+        let mut kinds: HashSet<ResourceKind> = self
+            .controllers
+            .values()
+            .flat_map(|c| c.spec.kinds())
+            .collect();
+        if self.graph.has_controllers() {
+            kinds.extend(self.graph.kinds().cloned());
+        }
+        kinds
+    }
+
     /// Reads workers, shard owners and controller specs; returns the revision to watch from.
     pub(super) async fn load(&mut self) -> Result<i64, TermError> {
         let mut etcd = self.ctx.etcd.clone();
@@ -261,14 +275,7 @@ impl Dispatcher {
             }
             stopping.extend(self.graph.kinds().cloned());
         }
-        let mut needed: HashSet<ResourceKind> = self
-            .controllers
-            .values()
-            .flat_map(|c| c.spec.kinds())
-            .collect();
-        if self.graph.has_controllers() {
-            needed.extend(self.graph.kinds().cloned());
-        }
+        let needed = self.declared_kinds();
         for kind in stopping {
             if !needed.contains(&kind) {
                 self.ctx.informers.remove(&kind);

@@ -386,15 +386,7 @@ impl Dispatcher {
             .filter(|w| w.handshaken)
             .filter_map(|w| w.lease_id.map(|l| (w.id.clone(), l)))
             .collect();
-        let mut kinds: HashSet<ResourceKind> = self
-            .controllers
-            .values()
-            .flat_map(|c| c.spec.kinds())
-            .collect();
-        if self.graph.has_controllers() {
-            kinds.extend(self.graph.kinds().cloned());
-        }
-        self.ctx.access.publish(workers, kinds);
+        self.ctx.access.publish(workers, self.declared_kinds());
     }
 
     pub(super) async fn handle(&mut self, cmd: Command) -> Result<(), TermError> {
