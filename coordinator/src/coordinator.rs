@@ -321,12 +321,7 @@ impl Process {
                     // The campaign key may be in etcd on this session's lease, ahead of every later
                     // campaign: left to expire, it would hold the next election up for a lease TTL
                     // after etcd returns.
-                    tokio::spawn(revoke_when_reachable(
-                        session,
-                        self.config.retry_period,
-                        self.config.lease_duration * 10,
-                        stop.clone(),
-                    ));
+                    self.revoke_when_reachable(session, &stop);
                     pause(&stop, self.config.retry_period).await;
                     continue;
                 }
@@ -401,29 +396,18 @@ impl Process {
                 .set_ready(false, "stepped down; campaigning again");
             self.metrics.is_leader.set(0);
             self.metrics.term.set(0);
-            let resigned = match resign {
-                true => match election.resign(&elected).await {
-                    Ok(()) => true,
-                    Err(err) => {
-                        warn!(error = %err, "resign failed; revoking the lease once etcd answers");
-                        false
-                    }
-                },
-                false => false,
-            };
+            let resigned = resign
+                && election
+                    .resign(&elected)
+                    .await
+                    .inspect_err(|err| warn!(error = %err, "resign failed; revoking the lease once etcd answers"))
+                    .is_ok();
             if resigned {
                 session.close().await;
             } else {
                 // The lease is in doubt or the resign failed, most likely because etcd is unreachable.
-                // Dispatching has stopped, so revoking it is safe, and once etcd answers again it frees
-                // the election key at once instead of a lease TTL later (etcd renews every lease when
-                // it restarts).
-                tokio::spawn(revoke_when_reachable(
-                    session,
-                    self.config.retry_period,
-                    self.config.lease_duration * 10,
-                    stop.clone(),
-                ));
+                // Dispatching has stopped, so revoking it is safe.
+                self.revoke_when_reachable(session, &stop);
             }
             info!(term, "stepped down");
             // A term that ended on an error would otherwise be retried at once, in a tight loop if the
@@ -433,6 +417,18 @@ impl Process {
             }
         }
         observer.abort();
+    }
+
+    /// Revokes `session`'s lease in the background, once etcd answers: a lease that ended in doubt (lost,
+    /// or its term's resign or campaign failed) would otherwise keep its election key — ahead of every
+    /// later campaign — for a full TTL after etcd returns, since etcd renews every lease when it restarts.
+    fn revoke_when_reachable(&self, session: Session, stop: &CancellationToken) {
+        tokio::spawn(revoke_when_reachable(
+            session,
+            self.config.retry_period,
+            self.config.lease_duration * 10,
+            stop.clone(),
+        ));
     }
 
     /// `--hot-standby`: keep informers of every controller the fleet runs synced while following.
@@ -500,10 +496,8 @@ async fn supervise(
     failed.cancel();
 }
 
-/// Revokes the lease of a session that ended in doubt (a lost lease, a failed resign or campaign),
-/// retrying every `retry` until etcd answers
-/// (the lease revoked, or already gone), `give_up` has passed (it has expired on its own long since), or
-/// `stop`.
+/// Revokes `session`'s lease, retrying every `retry` until etcd answers (the lease revoked, or already
+/// gone), `give_up` has passed (it has expired on its own long since), or `stop`.
 async fn revoke_when_reachable(
     session: Session,
     retry: Duration,

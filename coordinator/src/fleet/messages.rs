@@ -349,7 +349,8 @@ fn nonzero_ms(ms: u64) -> Option<Duration> {
 impl Hello {
     /// Converts and checks a Hello: a worker id that is a DNS-1123 subdomain, at most
     /// [`MAX_CONTROLLERS`] controllers, each with a valid spec, a concurrency in
-    /// `1..=limits.max_concurrency`, no controller twice, and held items with bounded names and keys.
+    /// `1..=limits.max_concurrency`, no controller twice, and at most as many held items as the summed
+    /// concurrency, with bounded names and keys.
     ///
     /// # Errors
     /// The first field that fails, as a [`ConvertError`]; the edge answers `INVALID_ARGUMENT` with it.
@@ -383,6 +384,19 @@ impl Hello {
                 ));
             }
             controllers.push((spec, c.concurrency));
+        }
+        // A worker holds at most what it may run at once.
+        let runs_at_once = controllers
+            .iter()
+            .fold(0usize, |sum, (_, c)| sum.saturating_add(*c as usize));
+        if h.held.len() > runs_at_once {
+            return Err(invalid(
+                "hello.held",
+                format!(
+                    "{} held items, more than the {runs_at_once} the worker may run at once",
+                    h.held.len()
+                ),
+            ));
         }
         let held = h
             .held
@@ -637,6 +651,7 @@ mod tests {
                     prop_assert!(spec.kinds().iter().all(|k| k.validate().is_ok()));
                 }
                 prop_assert!(h.held.iter().all(|i| !i.key.is_empty() && i.key.len() <= MAX_KEY_BYTES));
+                prop_assert!(h.held.len() <= h.controllers.iter().map(|(_, c)| *c as usize).sum::<usize>());
                 let sum = h.controllers.iter().fold(0u32, |s, (_, c)| s.saturating_add(*c));
                 prop_assert!(u64::from(sum) <= u64::from(limits.max_concurrency) * MAX_CONTROLLERS as u64);
             }
