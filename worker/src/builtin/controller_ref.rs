@@ -13,17 +13,69 @@ use serde_json::{Value, json};
 
 /// Errors of adopting or releasing an object.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot {action} {kind} {name}")]
-pub struct ClaimError {
-    /// `adopt` or `release`.
-    pub action: &'static str,
-    /// The object's kind.
-    pub kind: String,
-    /// The object's name.
-    pub name: String,
-    /// Why.
-    #[source]
-    pub source: kube::Error,
+pub enum ClaimError {
+    /// The API refused the write.
+    #[error("cannot {action} {kind} {name}")]
+    Write {
+        /// `adopt` or `release`.
+        action: &'static str,
+        /// The object's kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// A fresh read shows the owner being deleted, gone, or replaced by another of the same name: it
+    /// must adopt nothing.
+    #[error("{kind} {name} is being deleted or was replaced; it adopts nothing")]
+    OwnerGone {
+        /// The owner's kind.
+        kind: String,
+        /// The owner's name.
+        name: String,
+    },
+    /// The fresh read of the owner failed.
+    #[error("cannot read {kind} {name} before adopting")]
+    Recheck {
+        /// The owner's kind.
+        kind: String,
+        /// The owner's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Upstream's `RecheckDeletionTimestamp`: before the first adoption, a fresh read of `owner` (not the
+/// cache the decision was made on) must show it still there, with the same uid, and not being deleted.
+/// Otherwise an owner whose orphaning deletion just released its objects would adopt them again from a
+/// stale view, and the garbage collector would then delete them with it.
+///
+/// # Errors
+/// [`ClaimError::OwnerGone`] when it must not adopt, [`ClaimError::Recheck`] when the read fails.
+pub async fn recheck_owner<O>(api: &Api<O>, owner: &O) -> Result<(), ClaimError>
+where
+    O: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let kind = O::kind(&()).to_lowercase();
+    let name = owner.name_any();
+    let fresh = api
+        .get_opt(&name)
+        .await
+        .map_err(|source| ClaimError::Recheck {
+            kind: kind.clone(),
+            name: name.clone(),
+            source,
+        })?;
+    match fresh {
+        Some(fresh) if fresh.uid() == owner.uid() && fresh.meta().deletion_timestamp.is_none() => {
+            Ok(())
+        }
+        _ => Err(ClaimError::OwnerGone { kind, name }),
+    }
 }
 
 /// The controller reference `owner` puts on what it controls, blocking the owner's foreground deletion.
@@ -104,7 +156,7 @@ fn error<T: Resource<DynamicType = ()>>(
     object: &T,
     source: kube::Error,
 ) -> ClaimError {
-    ClaimError {
+    ClaimError::Write {
         action,
         kind: T::kind(&()).to_lowercase(),
         name: object.name_any(),

@@ -8,7 +8,7 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
 use super::super::claim::claim;
-use super::super::controller_ref::{ClaimError, adopt, release};
+use super::super::controller_ref::{ClaimError, adopt, recheck_owner, release};
 
 /// The ReplicaSets `d` controls once the claim is made: `owned` (controlled by it) and `matching`
 /// (selected by its selector, any owner) sorted, released and adopted.
@@ -34,6 +34,13 @@ pub async fn claim_replica_sets(
         release(api, rs, &uid).await?;
     }
     let mut mine = claims.keep;
+    if !claims.adopt.is_empty() {
+        let deployments: Api<Deployment> = Api::namespaced(
+            api.clone().into_client(),
+            d.namespace().as_deref().unwrap_or_default(),
+        );
+        recheck_owner(&deployments, d).await?;
+    }
     for rs in claims.adopt {
         mine.extend(adopt(api, rs, d).await?);
     }

@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 
 use super::super::claim::{candidates, claim};
-use super::super::controller_ref::{ClaimError, adopt, controller_ref, release};
+use super::super::controller_ref::{ClaimError, adopt, controller_ref, recheck_owner, release};
 use super::super::events::publish;
 use super::owner::ReplicaOwner;
 use super::ranking::pods_to_delete;
@@ -81,6 +81,10 @@ pub async fn reconcile<K: ReplicaOwner>(
         release(&pods, pod, &uid).await?;
     }
     let mut mine = claims.keep;
+    if !claims.adopt.is_empty() {
+        let owners: Api<K> = Api::namespaced(ctx.client(), &namespace);
+        recheck_owner(&owners, owner.as_ref()).await?;
+    }
     for pod in claims.adopt {
         mine.extend(adopt(&pods, pod, owner.as_ref()).await?);
     }
