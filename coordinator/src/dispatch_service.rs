@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use flotilla_proto as proto;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -14,7 +14,7 @@ use tracing::{Instrument, info_span, warn};
 
 use flotilla_common::Verdict;
 
-use crate::fleet::{Command, Credit, Done, Hello, Limits};
+use crate::fleet::{Command, Credit, Done, Hello, HelloRefused, Limits};
 use crate::leader_slot::LeaderSlot;
 use crate::metrics::FleetMetrics;
 
@@ -63,6 +63,18 @@ impl DispatchService {
             );
         }
         status
+    }
+}
+
+/// The status a refused Hello ends its stream with.
+fn refusal(refused: HelloRefused) -> Status {
+    let message = refused.to_string();
+    match refused {
+        HelloRefused::NewerTerm { .. } => Status::failed_precondition(message),
+        HelloRefused::Unregistered { .. } | HelloRefused::LostRegistration { .. } => {
+            Status::permission_denied(message)
+        }
+        HelloRefused::RegistryUnavailable => Status::unavailable(message),
     }
 }
 
@@ -132,11 +144,14 @@ impl proto::dispatch_server::Dispatch for DispatchService {
         }) {
             return Err(self.slot.not_leader());
         }
-        let welcome = reply_rx.await.map_err(|_| self.slot.not_leader())??;
+        let welcome = reply_rx
+            .await
+            .map_err(|_| self.slot.not_leader())?
+            .map_err(refusal)?;
         let term = welcome.term;
-        let _ = tx.send(Ok(proto::CoordinatorMessage {
+        let _ = tx.send(proto::CoordinatorMessage {
             msg: Some(proto::coordinator_message::Msg::Welcome(welcome)),
-        }));
+        });
         drop(tx);
         let metrics = self.metrics.clone();
         let limits = self.limits;
@@ -221,6 +236,8 @@ impl proto::dispatch_server::Dispatch for DispatchService {
             }
             .instrument(span),
         );
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(
+            UnboundedReceiverStream::new(rx).map(Ok),
+        )))
     }
 }

@@ -170,6 +170,28 @@ pub struct Done {
     pub error: String,
 }
 
+/// Why the leader refused a worker's Hello (the fields were fine; the worker is not welcome now). The
+/// gRPC edge maps it to a status code.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum HelloRefused {
+    /// The worker has seen a newer leader: this one is stale.
+    #[error("worker {worker} has seen term {seen}, newer than this leader's term {term}")]
+    NewerTerm {
+        worker: String,
+        seen: u64,
+        term: u64,
+    },
+    /// No registration in etcd on the lease the Hello names.
+    #[error("worker {worker} is not registered in etcd with lease {lease:x}")]
+    Unregistered { worker: String, lease: i64 },
+    /// The registration went while the Hello was handled.
+    #[error("worker {worker} lost its registration")]
+    LostRegistration { worker: String },
+    /// etcd did not answer the registration check; the worker retries.
+    #[error("cannot check the registration in etcd; retry")]
+    RegistryUnavailable,
+}
+
 /// Why a peer's message was refused.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ConvertError {

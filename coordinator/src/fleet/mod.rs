@@ -13,7 +13,7 @@ mod workers;
 
 pub use access::{AccessDenied, CacheAccess};
 pub use dispatcher::{Command, DISCOVERY_PERIOD, DispatcherHandle, TermContext, spawn};
-pub use messages::{Credit, Done, Hello, Limits};
+pub use messages::{Credit, Done, Hello, HelloRefused, Limits};
 
 /// What a stored controller spec (etcd `controllers/<name>`) needs informers for: the kinds it names,
 /// and whether it works on the owner graph (so needs every discovered deletable resource too). Nothing

@@ -7,8 +7,10 @@ use flotilla_proto as proto;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-/// Sender half of a worker's outgoing stream.
-pub type Outbound = mpsc::UnboundedSender<Result<proto::CoordinatorMessage, tonic::Status>>;
+/// Sender half of a worker's outgoing stream. Unbounded, and bounded in practice: the leader sends an
+/// item only against a credit, so Assigns waiting here are at most the worker's advertised concurrency
+/// (plus Revokes, at most one per rebalance).
+pub type Outbound = mpsc::UnboundedSender<proto::CoordinatorMessage>;
 
 /// A live stream of a worker.
 #[derive(Debug)]
@@ -94,7 +96,7 @@ impl WorkerState {
         match &self.conn {
             Some(conn) => conn
                 .tx
-                .send(Ok(proto::CoordinatorMessage { msg: Some(msg) }))
+                .send(proto::CoordinatorMessage { msg: Some(msg) })
                 .is_ok(),
             None => false,
         }

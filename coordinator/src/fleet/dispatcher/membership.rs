@@ -42,7 +42,7 @@ impl Dispatcher {
         hello: Hello,
         conn_id: u64,
         tx: Outbound,
-    ) -> Result<Result<proto::Welcome, tonic::Status>, TermError> {
+    ) -> Result<Result<proto::Welcome, HelloRefused>, TermError> {
         let id = hello.worker_id.clone();
         if hello.known_term > self.term {
             self.log_refusal(
@@ -50,10 +50,11 @@ impl Dispatcher {
                 "stale_term",
                 "refusing a worker that has seen a newer term",
             );
-            return Ok(Err(tonic::Status::failed_precondition(format!(
-                "worker {id} has seen term {}, newer than this leader's term {}",
-                hello.known_term, self.term
-            ))));
+            return Ok(Err(HelloRefused::NewerTerm {
+                worker: id,
+                seen: hello.known_term,
+                term: self.term,
+            }));
         }
         // Identity: the worker must be registered in etcd on the lease it names. (mTLS adds the
         // certificate check in front of this.) An etcd failure here is the worker's to retry, not a
@@ -68,16 +69,14 @@ impl Dispatcher {
                         "unregistered_worker",
                         "refusing a worker that is not registered on its lease",
                     );
-                    return Ok(Err(tonic::Status::permission_denied(format!(
-                        "worker {id} is not registered in etcd with lease {:x}",
-                        hello.lease_id
-                    ))));
+                    return Ok(Err(HelloRefused::Unregistered {
+                        worker: id,
+                        lease: hello.lease_id,
+                    }));
                 }
                 Err(err) => {
                     warn!(worker = %id, error = %err, "cannot check a worker's registration; it will retry");
-                    return Ok(Err(tonic::Status::unavailable(
-                        "cannot check the registration in etcd; retry",
-                    )));
+                    return Ok(Err(HelloRefused::RegistryUnavailable));
                 }
             }
         }
@@ -135,9 +134,7 @@ impl Dispatcher {
             }
         }
         let Some(w) = self.workers.get_mut(&id) else {
-            return Ok(Err(tonic::Status::permission_denied(format!(
-                "worker {id} lost its registration"
-            ))));
+            return Ok(Err(HelloRefused::LostRegistration { worker: id }));
         };
         for h in &hello.held {
             if h.term >= self.term || self.items.contains_key(&(h.term, h.item_id)) {

@@ -26,7 +26,7 @@ use tracing::{debug, error, info, warn};
 use super::access::CacheAccess;
 use super::expectations::{Expectations, Expected};
 use super::mapping::Routes;
-use super::messages::{ControllerSpec, Credit, Done, Hello, Outcome, Primary};
+use super::messages::{ControllerSpec, Credit, Done, Hello, HelloRefused, Outcome, Primary};
 use super::owner_graph::OwnerGraph;
 use super::shards::{Parked, ShardState, ShardTable};
 use super::workers::{Connection, Outbound, WorkerState};
@@ -57,7 +57,7 @@ pub enum Command {
         hello: Hello,
         conn_id: u64,
         tx: Outbound,
-        reply: oneshot::Sender<Result<proto::Welcome, tonic::Status>>,
+        reply: oneshot::Sender<Result<proto::Welcome, HelloRefused>>,
     },
     /// A worker granted credits.
     Credit {
