@@ -45,11 +45,17 @@ impl OwnerGraph {
         self.controllers.len() == 1
     }
 
-    /// Stops routing keys to `controller` (it was retired); true if no owner-graph controller is left
-    /// (discovery may stop, and the discovered kinds' informers are needed by nobody).
-    pub fn remove_controller(&mut self, controller: &str) -> bool {
+    /// Stops routing keys to `controller` (it was retired). When no owner-graph controller is left, the
+    /// graph forgets what it covered (a later one discovers afresh) and returns those kinds, whose
+    /// informers nobody in the graph needs any more; otherwise `None`.
+    pub fn remove_controller(&mut self, controller: &str) -> Option<Vec<ResourceKind>> {
         self.controllers.retain(|c| c != controller);
-        self.controllers.is_empty()
+        if !self.controllers.is_empty() {
+            return None;
+        }
+        self.by_type.clear();
+        self.discovered = false;
+        Some(std::mem::take(&mut self.kinds).into_keys().collect())
     }
 
     /// Whether any owner-graph controller is routed.
@@ -393,6 +399,33 @@ mod tests {
             final_state_unknown: false,
         };
         assert_eq!(keys(&graph, &informers, gone), ["/v1/configmaps/ns/owner"]);
+    }
+
+    /// Regression: when the last owner-graph controller retired, the graph kept its kinds as covered while
+    /// their informers stopped, so a later owner-graph controller never started them again.
+    #[tokio::test]
+    async fn the_last_controller_leaving_returns_the_covered_kinds_and_a_new_one_discovers_afresh()
+    {
+        let (mut graph, informers) = graph();
+        assert!(!graph.add_controller("second"), "discovery runs already");
+        assert_eq!(graph.remove_controller("second"), None, "one is left");
+        let mut covered = graph
+            .remove_controller("garbagecollector")
+            .expect("the last one left");
+        covered.sort();
+        assert_eq!(covered, [configmaps(), secrets()]);
+        assert!(!graph.has_controllers());
+        assert_eq!(graph.kinds().count(), 0);
+        assert!(
+            graph.add_controller("garbagecollector"),
+            "discovery restarts"
+        );
+        assert_eq!(
+            graph.discovered(vec![configmaps()]),
+            [configmaps()],
+            "a kind covered before is new again, so its informer starts"
+        );
+        informers.shutdown();
     }
 
     #[tokio::test]

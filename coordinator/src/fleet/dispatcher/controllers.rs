@@ -269,11 +269,13 @@ impl Dispatcher {
             w.backlog.remove(name);
         }
         let mut stopping: Vec<ResourceKind> = state.spec.kinds();
-        if state.spec.primary == Primary::OwnerGraph && self.graph.remove_controller(name) {
+        if state.spec.primary == Primary::OwnerGraph
+            && let Some(covered) = self.graph.remove_controller(name)
+        {
             if let Some(stop) = self.discovery_stop.take() {
                 stop.cancel();
             }
-            stopping.extend(self.graph.kinds().cloned());
+            stopping.extend(covered);
         }
         let needed = self.declared_kinds();
         for kind in stopping {
