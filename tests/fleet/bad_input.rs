@@ -16,7 +16,7 @@ use tonic::Code;
 
 use super::common::{JOURNAL_LABEL, JournalFleet, create_configmaps, journal_fleet};
 use super::journal::{intervals, now_ns, read};
-use super::peer::{hello, open};
+use super::peer::{hello, open, welcomed};
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::metric;
 use crate::support::namespace::unique_namespace;
@@ -132,16 +132,7 @@ async fn garbled_stale_unknown_and_silent_peers_are_refused_and_counted_while_re
 
     // The same worker, properly: welcomed; then a credit for a controller it never registered and a Done
     // for an item it does not hold are counted and ignored, and the stream stays up.
-    let (tx, stream) = open(&addr, hello("rogue", lease, 0, "rogue")).await;
-    let mut stream = stream.unwrap();
-    let welcome = within(Duration::from_secs(5), "Welcome", stream.message())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(matches!(
-        welcome.msg,
-        Some(proto::coordinator_message::Msg::Welcome(_))
-    ));
+    let (tx, _stream) = welcomed(&addr, hello("rogue", lease, 0, "rogue")).await;
     tx.send(proto::WorkerMessage {
         msg: Some(proto::worker_message::Msg::Credit(proto::Credit {
             controller: "nope".into(),

@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
 use super::common::{JOURNAL_LABEL, JournalFleet, create_configmaps, journal_fleet, reconciled};
-use super::peer::{cache_client, hello_with, kind, open, register, spec};
+use super::peer::{cache_client, hello_with, kind, open, register, spec, welcomed};
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::metric;
 use crate::support::namespace::unique_namespace;
@@ -72,12 +72,7 @@ async fn boundless_capacity_a_flood_of_done_and_silent_streams_take_neither_the_
         lease,
         vec![(spec("greedy", super::peer::configmaps()), 10_000)],
     );
-    let (tx, stream) = open(&addr, greedy_hello).await;
-    let mut stream = stream.unwrap();
-    within(Duration::from_secs(5), "Welcome", stream.message())
-        .await
-        .unwrap()
-        .unwrap();
+    let (tx, stream) = welcomed(&addr, greedy_hello).await;
     let shares = wait_for(
         Duration::from_secs(30),
         "the shards to settle over both workers",
@@ -283,12 +278,7 @@ async fn the_cache_answers_only_registered_workers_for_declared_kinds_and_a_stra
         lease,
         vec![(spec("journal", super::peer::configmaps()), 1)],
     );
-    let (tx, stream) = open(&addr, only_configmaps).await;
-    let mut stream = stream.unwrap();
-    within(Duration::from_secs(5), "Welcome", stream.message())
-        .await
-        .unwrap()
-        .unwrap();
+    let (tx, stream) = welcomed(&addr, only_configmaps).await;
     let mut stray = cache_client(&addr, Some(("stray", lease))).await;
     let status = stray.list(list(secrets())).await.unwrap_err();
     assert_eq!(
@@ -335,12 +325,7 @@ async fn the_cache_answers_only_registered_workers_for_declared_kinds_and_a_stra
         watches: vec![nothings()],
         ..spec("stray", secrets())
     };
-    let (tx, stream) = open(&addr, hello_with("stray", lease, vec![(stray_spec, 1)])).await;
-    let mut stream = stream.unwrap();
-    within(Duration::from_secs(5), "Welcome", stream.message())
-        .await
-        .unwrap()
-        .unwrap();
+    let (tx, stream) = welcomed(&addr, hello_with("stray", lease, vec![(stray_spec, 1)])).await;
     wait_for(
         Duration::from_secs(30),
         "the unserved kind and the lacking worker in status",

@@ -98,6 +98,34 @@ pub async fn open(
     (tx, response)
 }
 
+/// Opens a Dispatch stream with `hello` and waits for the leader's Welcome; panics if it refuses.
+pub async fn welcomed(
+    addr: &str,
+    hello: proto::WorkerMessage,
+) -> (
+    mpsc::Sender<proto::WorkerMessage>,
+    tonic::Streaming<proto::CoordinatorMessage>,
+) {
+    let (tx, stream) = open(addr, hello).await;
+    let mut stream = stream.unwrap_or_else(|status| panic!("Hello refused: {status}"));
+    let first = crate::support::wait::within(
+        std::time::Duration::from_secs(5),
+        "Welcome",
+        stream.message(),
+    )
+    .await;
+    assert!(
+        matches!(
+            first,
+            Ok(Some(proto::CoordinatorMessage {
+                msg: Some(proto::coordinator_message::Msg::Welcome(_))
+            }))
+        ),
+        "expected a Welcome, got {first:?}"
+    );
+    (tx, stream)
+}
+
 /// Registers worker `id` in `fleet`'s etcd on a new lease of `ttl_secs`, advertising `capacity`;
 /// returns the etcd client and the lease.
 pub async fn register(
