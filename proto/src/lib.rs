@@ -10,6 +10,8 @@ pub mod v1 {
 
 pub use v1::*;
 
+mod kind;
+
 /// The largest message either side accepts; a bigger one is a protocol error on that stream.
 ///
 /// Objects travel inside messages, and a Kubernetes object is at most 1.5 MiB in etcd; a batch of

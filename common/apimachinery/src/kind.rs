@@ -1,8 +1,7 @@
-//! The fleet's name for a Kubernetes resource type, and its mapping to and from the protocol.
+//! The fleet's name for a Kubernetes resource type (its mapping to and from the protocol lives in
+//! `flotilla-proto`, at the edge).
 
 use std::fmt;
-
-use flotilla_proto as proto;
 
 /// A resource type as discovery names it: group, version, kind, plural and scope.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -92,30 +91,6 @@ impl fmt::Display for ResourceKind {
             write!(f, "{}/{}", self.version, self.plural)
         } else {
             write!(f, "{}/{}/{}", self.group, self.version, self.plural)
-        }
-    }
-}
-
-impl From<proto::ResourceKind> for ResourceKind {
-    fn from(k: proto::ResourceKind) -> Self {
-        Self {
-            group: k.group,
-            version: k.version,
-            kind: k.kind,
-            plural: k.plural,
-            namespaced: k.namespaced,
-        }
-    }
-}
-
-impl From<&ResourceKind> for proto::ResourceKind {
-    fn from(k: &ResourceKind) -> Self {
-        Self {
-            group: k.group.clone(),
-            version: k.version.clone(),
-            kind: k.kind.clone(),
-            plural: k.plural.clone(),
-            namespaced: k.namespaced,
         }
     }
 }
