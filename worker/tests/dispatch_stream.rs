@@ -12,7 +12,8 @@ use std::time::Duration;
 use flotilla_common::{Election, FleetKeys, LeaderInfo, Session, SessionConfig, connect_etcd};
 use flotilla_devcluster::{DevCluster, DevClusterConfig, EtcdServer};
 use flotilla_proto as proto;
-use flotilla_worker::{Action, Context, Controller, DynController, Request, Worker, WorkerConfig};
+use flotilla_sdk::{Action, Context, Controller, DynController, Request};
+use flotilla_worker::{Worker, WorkerConfig};
 use k8s_openapi::api::core::v1::ConfigMap;
 use proto::coordinator_message::Msg as Out;
 use proto::worker_message::Msg as In;
@@ -576,11 +577,11 @@ async fn the_objects_a_reconcile_writes_through_its_client_are_reported_in_done(
 
 #[derive(Debug, thiserror::Error)]
 #[error("cache read failed")]
-struct ReadError(#[from] flotilla_worker::CacheError);
+struct ReadError(#[from] flotilla_sdk::CacheError);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconcile_reads_typed_objects_from_the_leaders_cache() {
-    use flotilla_worker::CacheQuery;
+    use flotilla_sdk::CacheQuery;
     let mut fleet = fleet("cache").await;
     let seen = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
     let record = seen.clone();

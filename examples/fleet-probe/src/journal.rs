@@ -11,9 +11,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flotilla_worker::{Action, Context, Controller, Request};
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::ResourceExt;
+use flotilla_sdk::k8s_openapi::api::core::v1::ConfigMap;
+use flotilla_sdk::kube::ResourceExt;
+use flotilla_sdk::{Action, Context, Controller, Request};
 use serde::Serialize;
 
 use crate::PROBE_LABEL;

@@ -4,11 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_worker::{Action, CacheQuery, Context, Controller, Request};
-use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
-use kube::{Resource, ResourceExt};
+use flotilla_sdk::k8s_openapi::api::core::v1::ConfigMap;
+use flotilla_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use flotilla_sdk::kube;
+use flotilla_sdk::kube::api::{Api, PostParams};
+use flotilla_sdk::kube::{Resource, ResourceExt};
+use flotilla_sdk::{Action, CacheQuery, Context, Controller, Request};
 
 use crate::PROBE_LABEL;
 
@@ -20,7 +21,7 @@ pub enum OneChildError {
     Incomplete(String),
     /// The coordinator's cache could not be read.
     #[error("cannot list the children")]
-    Cache(#[from] flotilla_worker::CacheError),
+    Cache(#[from] flotilla_sdk::CacheError),
     /// The child could not be created.
     #[error("cannot create the child")]
     Kube(#[from] kube::Error),

@@ -1,4 +1,4 @@
-//! `greeting-controller`: an example custom controller on the Flotilla worker SDK. For every
+//! `greeting-controller`: an example custom controller on the Flotilla controller SDK. For every
 //! `Greeting` (group `example.flotilla.dev`) it keeps a ConfigMap `<name>-greeting` whose
 //! `data.message` is the Greeting's `spec.message`, and records the generation it handled in
 //! `status.observedGeneration`.

@@ -3,12 +3,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flotilla_worker::{Action, Context, Controller, Request};
-use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
+use flotilla_sdk::k8s_openapi::api::core::v1::ConfigMap;
+use flotilla_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use flotilla_sdk::kube;
+use flotilla_sdk::kube::api::{Api, Patch, PatchParams, PostParams};
+use flotilla_sdk::kube::runtime::events::{Event, EventType};
+use flotilla_sdk::kube::{Resource, ResourceExt};
+use flotilla_sdk::{Action, Context, Controller, Request};
 use serde_json::json;
 
 use crate::resource::Greeting;
@@ -21,7 +22,7 @@ pub enum Error {
     Incomplete(String),
     /// The owned ConfigMaps shipped with the item are unreadable.
     #[error("cannot read prefetched configmaps")]
-    Prefetched(#[source] flotilla_worker::ContextError),
+    Prefetched(#[source] flotilla_sdk::ContextError),
     /// The Kubernetes API refused a write.
     #[error("kubernetes api call failed")]
     Kube(#[source] kube::Error),

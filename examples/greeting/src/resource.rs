@@ -1,6 +1,6 @@
 //! The `Greeting` custom resource (`crd.yaml` is its manifest).
 
-use kube::CustomResource;
+use flotilla_sdk::kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +13,12 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "GreetingStatus",
     shortname = "gr",
-    printcolumn(name = "Message", type_ = "string", json_path = ".spec.message")
+    printcolumn(name = "Message", type_ = "string", json_path = ".spec.message"),
+    // The kube crates as the SDK re-exports them: the controller pins no kube version of its own.
+    crates(
+        kube_core = "::flotilla_sdk::kube::core",
+        k8s_openapi = "::flotilla_sdk::k8s_openapi"
+    )
 )]
 pub struct GreetingSpec {
     /// The message the Greeting's ConfigMap carries.
@@ -32,7 +37,7 @@ pub struct GreetingStatus {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use kube::CustomResourceExt;
+    use flotilla_sdk::kube::CustomResourceExt;
 
     use super::*;
 

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use flotilla_coordinator::{Coordinator, CoordinatorConfig};
 use flotilla_devcluster::{DevCluster, DevClusterConfig, EtcdServer};
-use flotilla_worker::{Action, Controller, Worker, WorkerConfig};
+use flotilla_sdk::{Action, Controller};
+use flotilla_worker::{Worker, WorkerConfig};
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 

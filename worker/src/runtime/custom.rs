@@ -3,10 +3,10 @@
 
 use clap::{Args, FromArgMatches};
 use flotilla_common::{init_logging, shutdown_signal};
+use flotilla_sdk::DynController;
 
 use super::flags::{WorkerFlags, concurrency_arg, concurrency_value};
 use super::worker::run;
-use crate::sdk::DynController;
 
 /// Runs `controllers` as a worker binary: parses the flags of `flotilla worker` (without
 /// `--controllers`) plus `--concurrent-<name>-syncs` for each controller, and runs until SIGINT or

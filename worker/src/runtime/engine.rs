@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use flotilla_common::{Election, FleetKeys, Health, Leadership, Session};
 use flotilla_proto as proto;
+use flotilla_sdk::host::{CacheSlot, ControllerEnv, WorkItem, Write, WriteJournal};
+use flotilla_sdk::{Context, DynController};
 use futures::{Stream, StreamExt};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -21,15 +23,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::cache_client::GrpcCache;
 use super::config::WorkerConfig;
 use super::connection::Connection;
 use super::ledger::{Admission, Assigned, Ledger};
 use super::metrics::{ControllerMetrics, Metrics};
 use super::outbox::{FLUSH_INTERVAL, Outbox};
-use super::recording::Write;
-use crate::sdk::{
-    CacheEndpoint, CacheSlot, Context, ControllerEnv, DynController, Outcome, WorkItem,
-};
+use super::wire::{self, DoneOutcome};
 
 /// How long opening a stream to the leader may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -48,8 +48,8 @@ pub(crate) struct Shared {
     pub(crate) controllers: HashMap<String, ControllerSlot>,
     pub(crate) metrics: Metrics,
     pub(crate) health: Health,
-    /// The channel to the welcomed leader, for the reconciles' cache clients.
-    pub(crate) cache_channel: CacheSlot,
+    /// The welcomed leader's cache, for the reconciles' cache clients; empty between leaders.
+    pub(crate) cache: CacheSlot,
 }
 
 /// One controller as the worker runs it.
@@ -188,7 +188,7 @@ struct Finished {
     key: String,
     term: u64,
     item_id: u64,
-    outcome: Outcome,
+    outcome: DoneOutcome,
     writes: Vec<Write>,
 }
 
@@ -332,7 +332,7 @@ impl<'a> SessionRun<'a> {
                 .controllers
                 .values()
                 .map(|c| proto::ControllerCapacity {
-                    spec: Some(c.controller.spec()),
+                    spec: Some(wire::spec(c.controller.spec())),
                     concurrency: c.controller.concurrency_limit(),
                 })
                 .collect(),
@@ -427,11 +427,11 @@ impl<'a> SessionRun<'a> {
             return;
         }
         stream.welcomed = true;
-        *self.shared.cache_channel.write() = Some(CacheEndpoint {
-            channel: stream.connection.channel.clone(),
-            worker_id: self.shared.worker_id.clone(),
-            lease_id: self.session.lease_id(),
-        });
+        self.shared.cache.set(Arc::new(GrpcCache::new(
+            stream.connection.channel.clone(),
+            self.shared.worker_id.clone(),
+            self.session.lease_id(),
+        )));
         self.rejected.clear();
         for rejected in welcome.rejected {
             warn!(controller = %rejected.controller, reason = %rejected.reason, "the coordinator refused a controller");
@@ -487,7 +487,7 @@ impl<'a> SessionRun<'a> {
                 item_id,
                 outcome: outcome.kind.into(),
                 requeue_after_ms: outcome.requeue_after_ms,
-                writes: writes.iter().map(Into::into).collect(),
+                writes: writes.iter().map(wire::write).collect(),
                 error: outcome.error,
                 term,
             });
@@ -541,7 +541,7 @@ impl<'a> SessionRun<'a> {
         }
         self.outbox.clear();
         self.flush_at = None;
-        *self.shared.cache_channel.write() = None;
+        self.shared.cache.clear();
         self.shared.metrics.set_connected(false);
         if self.draining_until.is_none() {
             self.shared.health.set_ready(false, reason);
@@ -589,8 +589,10 @@ impl<'a> SessionRun<'a> {
             traceparent = %item.traceparent,
         );
         let cancel = self.reconciles.child_token();
+        let journal = WriteJournal::default();
         let ctx = Context::new(
             slot.env.clone(),
+            journal.clone(),
             item.prefetched,
             span.clone(),
             cancel.clone(),
@@ -600,7 +602,7 @@ impl<'a> SessionRun<'a> {
             object: item.object,
             attempt: item.attempt,
         };
-        let run = slot.controller.run(work, ctx.clone());
+        let run = slot.controller.run(work, ctx);
         let metrics = slot.metrics.clone();
         let finished_tx = self.finished_tx.clone();
         let (controller, key, term, item_id) = (item.controller, item.key, item.term, item.item_id);
@@ -611,10 +613,10 @@ impl<'a> SessionRun<'a> {
                 let outcome = tokio::select! {
                     biased;
                     () = cancel.cancelled() => None,
-                    outcome = run => Some(outcome),
+                    outcome = run => Some(DoneOutcome::from(outcome)),
                 };
                 metrics.finished(
-                    outcome.as_ref().map(Outcome::label),
+                    outcome.as_ref().map(DoneOutcome::label),
                     started.elapsed().as_secs_f64(),
                 );
                 let Some(outcome) = outcome else {
@@ -624,7 +626,7 @@ impl<'a> SessionRun<'a> {
                 if !outcome.error.is_empty() {
                     warn!(error = %outcome.error, "reconcile failed");
                 }
-                let writes = ctx.take_writes();
+                let writes = journal.take();
                 // A closed channel means the session ended; the item is no longer held by anyone here.
                 let _ = finished_tx.send(Finished {
                     controller,

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use flotilla_sdk::host::{KubeClients, WriteJournal};
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -14,7 +15,7 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder};
 
 use super::rate_limit::{RateLimitLayer, TokenBucket};
-use super::recording::{KindTable, RecordingLayer, WriteJournal};
+use super::recording::{KindTable, RecordingLayer};
 use super::request_count::{RequestCountLayer, RequestCounter};
 
 /// Response body of the shared stack.
@@ -80,17 +81,20 @@ impl KubeStack {
             kinds: Arc::new(kinds),
         })
     }
+}
 
-    /// A client that records nothing (for Events, which no key waits on).
-    pub(crate) fn plain_client(&self) -> kube::Client {
-        kube::Client::new(self.base.clone(), self.default_namespace.clone())
-    }
-
+/// What the SDK's contexts ask for: a recording client per reconcile, a plain one for Events.
+impl KubeClients for KubeStack {
     /// A client for one reconcile whose successful writes land in `journal`.
-    pub(crate) fn recording_client(&self, journal: WriteJournal) -> kube::Client {
+    fn recording_client(&self, journal: &WriteJournal) -> kube::Client {
         let service = ServiceBuilder::new()
-            .layer(RecordingLayer::new(journal, self.kinds.clone()))
+            .layer(RecordingLayer::new(journal.clone(), self.kinds.clone()))
             .service(self.base.clone());
         kube::Client::new(service, self.default_namespace.clone())
+    }
+
+    /// A client that records nothing (for Events, which no key waits on).
+    fn plain_client(&self) -> kube::Client {
+        kube::Client::new(self.base.clone(), self.default_namespace.clone())
     }
 }

@@ -1,7 +1,9 @@
 //! The worker runtime: sessions and self-fencing, following the leader, the Dispatch stream with
 //! batched Done and Credit, running reconciles, the recording and rate-limited Kubernetes client,
-//! metrics and shutdown.
+//! metrics and shutdown. It implements what the SDK's `host` module declares: the recording,
+//! rate-limited Kubernetes clients and the gRPC cache backend.
 
+mod cache_client;
 mod config;
 mod connection;
 mod custom;
@@ -15,6 +17,7 @@ mod rate_limit;
 mod recording;
 mod request_count;
 mod selection;
+mod wire;
 mod worker;
 
 pub use config::{ConfigError, WorkerConfig};
@@ -22,8 +25,6 @@ pub use custom::{run_custom, run_with_flags};
 pub use flags::{
     WorkerFlags, concurrency_arg, concurrency_flag, concurrency_value, default_worker_id,
 };
-pub(crate) use kube_stack::KubeStack;
 pub use kube_stack::KubeStackError;
-pub(crate) use recording::{Write, WriteJournal};
 pub use selection::{SelectionError, select_controllers};
 pub use worker::{Worker, WorkerError, run};

@@ -1,6 +1,7 @@
 //! The write-recording layer: every object a reconcile creates, updates or deletes through its
-//! `kube::Client` is noted (kind, key, resourceVersion, operation) so that Done can report it and the
-//! coordinator can hold the key back until its cache has seen the writes (read-your-writes).
+//! `kube::Client` is noted (kind, key, resourceVersion, operation) in the SDK's `WriteJournal`, so
+//! that Done can report it and the coordinator can hold the key back until its cache has seen the
+//! writes (read-your-writes).
 //!
 //! The layer sits in a client built for one reconcile: kube's `Client` runs its stack behind a tower
 //! `Buffer` task, so task-locals of the reconcile never reach the inner services.
@@ -10,47 +11,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use flotilla_common::ResourceKind;
-use flotilla_proto as proto;
+use flotilla_sdk::host::{Write, WriteJournal, WriteOp};
 use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Full};
-use parking_lot::Mutex;
 use serde::Deserialize;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 use super::kube_stack::HttpBody;
-
-/// What kind of write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WriteOp {
-    Create,
-    Update,
-    Delete,
-}
-
-/// One object a reconcile wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Write {
-    pub(crate) kind: ResourceKind,
-    pub(crate) key: String,
-    pub(crate) resource_version: String,
-    pub(crate) op: WriteOp,
-}
-
-impl From<&Write> for proto::Write {
-    fn from(w: &Write) -> Self {
-        let op = match w.op {
-            WriteOp::Create => proto::WriteOp::Create,
-            WriteOp::Update => proto::WriteOp::Update,
-            WriteOp::Delete => proto::WriteOp::Delete,
-        };
-        Self {
-            kind: Some((&w.kind).into()),
-            key: w.key.clone(),
-            resource_version: w.resource_version.clone(),
-            op: op.into(),
-        }
-    }
-}
 
 /// The kinds the worker's controllers declared, by (group, version, plural), so that a write seen only
 /// as a URL (a delete answered with a `Status`) still gets its kind name.
@@ -71,25 +38,6 @@ impl KindTable {
     fn get(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceKind> {
         self.kinds
             .get(&(group.to_owned(), version.to_owned(), plural.to_owned()))
-    }
-}
-
-/// The writes of one reconcile, shared between its client and the runtime; cheap to clone.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct WriteJournal {
-    writes: Arc<Mutex<Vec<Write>>>,
-}
-
-impl WriteJournal {
-    fn record(&self, writes: Vec<Write>) {
-        if !writes.is_empty() {
-            self.writes.lock().extend(writes);
-        }
-    }
-
-    /// Every write so far, leaving the journal empty.
-    pub(crate) fn take(&self) -> Vec<Write> {
-        std::mem::take(&mut *self.writes.lock())
     }
 }
 

@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use flotilla_common::{FleetKeys, Health, OpsServer, OpsServerError, connect_etcd};
-use kube::runtime::events::{Recorder, Reporter};
+use flotilla_sdk::DynController;
+use flotilla_sdk::host::{CacheSlot, ControllerEnv, KubeClients};
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +20,6 @@ use super::kube_stack::{KubeStack, KubeStackError};
 use super::metrics::Metrics;
 use super::rate_limit::TokenBucket;
 use super::recording::KindTable;
-use crate::sdk::{CacheSlot, ControllerEnv, DynController};
 
 /// Errors of starting a worker.
 #[derive(Debug, thiserror::Error)]
@@ -72,28 +72,28 @@ impl Worker {
         let kinds = KindTable::new(
             controllers
                 .iter()
-                .flat_map(|c| c.kinds().collect::<Vec<_>>()),
+                .flat_map(|c| c.spec().kinds().cloned().collect::<Vec<_>>()),
         );
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let kube = KubeStack::new(&config.kube, bucket, kinds, metrics.api_requests())?;
+        let kube: Arc<dyn KubeClients> = Arc::new(KubeStack::new(
+            &config.kube,
+            bucket,
+            kinds,
+            metrics.api_requests(),
+        )?);
         let worker_id: Arc<str> = Arc::from(config.worker_id.as_str());
-        let cache_channel = CacheSlot::default();
+        let cache = CacheSlot::default();
         let controllers = controllers
             .into_iter()
             .map(|controller| {
                 let name = controller.name().to_owned();
-                let reporter = Reporter {
-                    controller: name.clone(),
-                    instance: Some(worker_id.to_string()),
-                };
-                let env = Arc::new(ControllerEnv {
-                    worker_id: worker_id.clone(),
-                    controller: Arc::from(name.as_str()),
-                    kube: kube.clone(),
-                    recorder: Recorder::new(kube.plain_client(), reporter),
-                    cache: cache_channel.clone(),
-                });
+                let env = Arc::new(ControllerEnv::new(
+                    &worker_id,
+                    &name,
+                    kube.clone(),
+                    cache.clone(),
+                ));
                 let slot = ControllerSlot {
                     metrics: metrics.controller(&name),
                     controller,
@@ -124,7 +124,7 @@ impl Worker {
             controllers,
             metrics,
             health: health.clone(),
-            cache_channel,
+            cache,
             config,
         });
         let stops = Stops {

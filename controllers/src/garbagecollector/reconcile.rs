@@ -1,0 +1,280 @@
+//! One pass of the collector over one object: finish the deletion of an owner that orphans or waits for
+//! its dependents, or decide the fate of a dependent from the live state of its owners.
+
+use flotilla_sdk::apimachinery::{FOREGROUND_FINALIZER, KindedKey, ORPHAN_FINALIZER, ResourceKind};
+use flotilla_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use flotilla_sdk::kube::api::{
+    Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions,
+};
+use flotilla_sdk::kube::core::ApiResource;
+use serde_json::json;
+
+use super::dependents::{blocking, without_finalizer, without_owner};
+use super::owners::{Decision, OwnerState, Policy, decide, owner_state};
+use super::resolver::{ResolveError, Resolver};
+use flotilla_sdk::kube;
+use flotilla_sdk::{Action, Context, ContextError, Request};
+
+/// Errors of one pass; the key is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The prefetched dependents are unreadable.
+    #[error("cannot read the dependents")]
+    Dependents(#[source] ContextError),
+    /// An owner's kind could not be resolved.
+    #[error("cannot resolve an owner's kind")]
+    Resolve(#[source] ResolveError),
+    /// Reading, patching or deleting through the API failed.
+    #[error("cannot {action} {object}")]
+    Api {
+        /// What was attempted.
+        action: &'static str,
+        /// The object, as `<resource> <namespace>/<name>`.
+        object: String,
+        /// Why.
+        source: kube::Error,
+    },
+}
+
+/// Runs the collector on the object the kinded key of `request` names.
+///
+/// # Errors
+/// [`Error`] when the API or discovery fails; nothing is decided on partial information.
+pub async fn reconcile(
+    request: Request<DynamicObject>,
+    ctx: Context,
+    resolver: Resolver,
+) -> Result<Action, Error> {
+    let (Some(object), Some(key)) = (request.object(), KindedKey::parse(request.key())) else {
+        // Gone: its dependents were enqueued by its deletion.
+        return Ok(Action::await_change());
+    };
+    let kind = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    let resource = ResourceKind::new(
+        key.group,
+        key.version,
+        &kind,
+        key.plural,
+        key.namespace.is_some(),
+    )
+    .api_resource();
+    let target = Target {
+        client: ctx.client(),
+        resource,
+        namespace: key.namespace.map(str::to_owned),
+        name: key.name.to_owned(),
+    };
+    let uid = object.metadata.uid.clone().unwrap_or_default();
+    let finalizers = object.metadata.finalizers.clone().unwrap_or_default();
+    let dependents: Vec<(ResourceKind, DynamicObject)> =
+        ctx.prefetched_objects().map_err(Error::Dependents)?;
+
+    if object.metadata.deletion_timestamp.is_some() {
+        if finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
+            for (kind, dependent) in &dependents {
+                if let Some(refs) = without_owner(dependent, &uid) {
+                    Target::of(&ctx, kind, dependent)
+                        .patch_owner_references(&refs, dependent)
+                        .await?;
+                }
+            }
+            target
+                .remove_finalizer(object, &finalizers, ORPHAN_FINALIZER)
+                .await?;
+        } else if finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
+            let objects: Vec<DynamicObject> = dependents.into_iter().map(|(_, d)| d).collect();
+            // Blocking dependents are deleted through their own keys (their owner waits); the owner
+            // is enqueued again as each goes.
+            if blocking(&objects, &uid).next().is_none() {
+                target
+                    .remove_finalizer(object, &finalizers, FOREGROUND_FINALIZER)
+                    .await?;
+            }
+        }
+        return Ok(Action::await_change());
+    }
+
+    let references = object.metadata.owner_references.clone().unwrap_or_default();
+    let mut owners = Vec::with_capacity(references.len());
+    for reference in references {
+        let state = live_owner_state(&ctx, &resolver, &target, &reference).await?;
+        owners.push((reference, state));
+    }
+    match decide(&owners, &finalizers, !dependents.is_empty()) {
+        Decision::Keep => {}
+        Decision::DropReferences(gone) => {
+            let kept: Vec<OwnerReference> = owners
+                .into_iter()
+                .map(|(r, _)| r)
+                .filter(|r| !gone.contains(&r.uid))
+                .collect();
+            tracing::info!(object = %target, dropped = gone.len(), "removing references to owners that are gone");
+            target.patch_owner_references(&kept, object).await?;
+        }
+        Decision::Delete(policy) => {
+            tracing::info!(object = %target, ?policy, "deleting an object whose owners are gone");
+            target.delete(&uid, policy).await?;
+        }
+    }
+    Ok(Action::await_change())
+}
+
+/// The state of one owner of the dependent at `target`, from a live read.
+async fn live_owner_state(
+    ctx: &Context,
+    resolver: &Resolver,
+    target: &Target,
+    reference: &OwnerReference,
+) -> Result<OwnerState, Error> {
+    let client = ctx.client();
+    let Some(resolved) = resolver
+        .resolve(&client, &reference.api_version, &reference.kind)
+        .await
+        .map_err(Error::Resolve)?
+    else {
+        return Ok(OwnerState::Dangling);
+    };
+    let api: Api<DynamicObject> = match (&target.namespace, resolved.namespaced) {
+        (Some(ns), true) => Api::namespaced_with(client, ns, &resolved.resource),
+        (None, false) | (Some(_), false) => Api::all_with(client, &resolved.resource),
+        // A cluster-scoped dependent cannot have a namespaced owner: the reference resolves to nothing.
+        (None, true) => return Ok(OwnerState::Dangling),
+    };
+    let live = api
+        .get_opt(&reference.name)
+        .await
+        .map_err(|source| Error::Api {
+            action: "read owner",
+            object: format!("{} {}", resolved.resource.plural, reference.name),
+            source,
+        })?;
+    Ok(owner_state(
+        reference,
+        live.as_ref().map(|o| {
+            (
+                o.metadata.uid.as_deref().unwrap_or_default(),
+                o.metadata.deletion_timestamp.is_some(),
+                o.metadata.finalizers.as_deref().unwrap_or_default(),
+            )
+        }),
+    ))
+}
+
+/// One object to write.
+struct Target {
+    client: kube::Client,
+    resource: ApiResource,
+    namespace: Option<String>,
+    name: String,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.resource.plural, self.name),
+            None => write!(f, "{} {}", self.resource.plural, self.name),
+        }
+    }
+}
+
+impl Target {
+    fn of(ctx: &Context, kind: &ResourceKind, object: &DynamicObject) -> Self {
+        Self {
+            client: ctx.client(),
+            resource: kind.api_resource(),
+            namespace: object
+                .metadata
+                .namespace
+                .clone()
+                .filter(|_| kind.namespaced),
+            name: object.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+
+    fn api(&self) -> Api<DynamicObject> {
+        match &self.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &self.resource),
+            None => Api::all_with(self.client.clone(), &self.resource),
+        }
+    }
+
+    fn error(&self, action: &'static str, source: kube::Error) -> Error {
+        Error::Api {
+            action,
+            object: self.to_string(),
+            source,
+        }
+    }
+
+    /// Sets the object's ownerReferences, if it still is the version the decision was made on (a
+    /// merge patch carrying `resourceVersion` fails with 409 otherwise, and the key is retried). A
+    /// vanished object needs nothing more.
+    async fn patch_owner_references(
+        &self,
+        refs: &[OwnerReference],
+        seen: &DynamicObject,
+    ) -> Result<(), Error> {
+        let patch = json!({"metadata": {
+            "ownerReferences": refs,
+            "resourceVersion": seen.metadata.resource_version,
+        }});
+        self.merge_patch("update the owner references of", &patch)
+            .await
+    }
+
+    /// Removes `finalizer` from the object seen with `finalizers`.
+    async fn remove_finalizer(
+        &self,
+        seen: &DynamicObject,
+        finalizers: &[String],
+        finalizer: &str,
+    ) -> Result<(), Error> {
+        tracing::info!(object = %self, finalizer, "dependents handled; removing the finalizer");
+        let patch = json!({"metadata": {
+            "finalizers": without_finalizer(finalizers, finalizer),
+            "resourceVersion": seen.metadata.resource_version,
+        }});
+        self.merge_patch("remove a finalizer of", &patch).await
+    }
+
+    async fn merge_patch(
+        &self,
+        action: &'static str,
+        patch: &serde_json::Value,
+    ) -> Result<(), Error> {
+        match self
+            .api()
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(source) => Err(self.error(action, source)),
+        }
+    }
+
+    /// Deletes the object if it still has `uid`; one already gone or replaced needs nothing more.
+    async fn delete(&self, uid: &str, policy: Policy) -> Result<(), Error> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            propagation_policy: Some(match policy {
+                Policy::Background => kube::api::PropagationPolicy::Background,
+                Policy::Foreground => kube::api::PropagationPolicy::Foreground,
+                Policy::Orphan => kube::api::PropagationPolicy::Orphan,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.api().delete(&self.name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+            Err(source) => Err(self.error("delete", source)),
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! The built-in controllers of kube-controller-manager, one module each under its upstream name, on
+//! the SDK's public API only, as a custom controller would be: `serviceaccount`, `replicaset` (also
+//! `replicationcontroller`), `deployment`, `garbagecollector` and `namespace`, with the helpers they
+//! share (`claim`, `controller_ref`, `events`).
+//!
+//! [`builtins`] is the registry: each controller's name, `--concurrent-<flag>-syncs` flag and default
+//! concurrency, listed once.
+
+mod claim;
+mod controller_ref;
+mod deployment;
+mod events;
+mod garbagecollector;
+mod namespace;
+mod registry;
+mod replicaset;
+mod serviceaccount;
+
+pub use registry::{Builtin, builtin, builtins};

@@ -1,0 +1,118 @@
+//! The registry of built-in controllers: each one's name, its `--concurrent-<flag>-syncs` flag and its
+//! default concurrency, listed once, here. `flotilla worker` grows a flag per entry and `--controllers`
+//! picks entries by name, without editing the command.
+
+use flotilla_sdk::DynController;
+use flotilla_sdk::k8s_openapi::api::apps::v1::ReplicaSet;
+use flotilla_sdk::k8s_openapi::api::core::v1::ReplicationController;
+
+use crate::{deployment, garbagecollector, namespace, replicaset, serviceaccount};
+
+/// One built-in controller.
+#[derive(Debug, Clone, Copy)]
+pub struct Builtin {
+    /// kube-controller-manager's name (`replicaset`, `deployment`, …), used by `--controllers` and as
+    /// the controller's name in the fleet.
+    pub name: &'static str,
+    /// The `<flag>` of `--concurrent-<flag>-syncs`: the name, except where kube-controller-manager
+    /// abbreviates it (`rc` for `replicationcontroller`, `gc` for `garbagecollector`).
+    pub flag: &'static str,
+    /// kube-controller-manager's default of `--concurrent-<flag>-syncs`.
+    pub default_concurrency: u32,
+    build: fn(&str) -> DynController,
+}
+
+impl Builtin {
+    /// The controller, at its default concurrency.
+    pub fn controller(&self) -> DynController {
+        (self.build)(self.name).with_concurrency(self.default_concurrency)
+    }
+}
+
+/// Every built-in controller, in the order `flotilla worker --help` lists their flags.
+pub fn builtins() -> &'static [Builtin] {
+    &[
+        Builtin {
+            name: "serviceaccount",
+            flag: "serviceaccount",
+            // kube-controller-manager runs this controller with one worker and has no flag for it
+            // (`startServiceAccountController` calls `Run(ctx, 1)`;
+            // `--concurrent-serviceaccount-token-syncs` belongs to the token controller); ours is
+            // `--concurrent-serviceaccount-syncs` with that default.
+            default_concurrency: 1,
+            build: |name| serviceaccount::controller(name).into(),
+        },
+        Builtin {
+            name: "replicaset",
+            flag: "replicaset",
+            default_concurrency: 5,
+            build: |name| replicaset::controller::<ReplicaSet>(name).into(),
+        },
+        Builtin {
+            name: "deployment",
+            flag: "deployment",
+            default_concurrency: 5,
+            build: |name| deployment::controller(name).into(),
+        },
+        Builtin {
+            name: "replicationcontroller",
+            flag: "rc",
+            default_concurrency: 5,
+            build: |name| replicaset::controller::<ReplicationController>(name).into(),
+        },
+        Builtin {
+            name: "garbagecollector",
+            flag: "gc",
+            default_concurrency: 20,
+            build: |name| garbagecollector::controller(name).into(),
+        },
+        Builtin {
+            name: "namespace",
+            flag: "namespace",
+            default_concurrency: 10,
+            build: |name| namespace::controller(name).into(),
+        },
+    ]
+}
+
+/// The built-in controller named `name`, if there is one.
+pub fn builtin(name: &str) -> Option<&'static Builtin> {
+    builtins().iter().find(|b| b.name == name)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn each_builtin_runs_at_kube_controller_managers_default_concurrency() {
+        let concurrency = |name: &str| builtin(name).unwrap().controller().concurrency_limit();
+        assert_eq!(concurrency("serviceaccount"), 1);
+        assert_eq!(concurrency("replicaset"), 5);
+        assert_eq!(concurrency("replicationcontroller"), 5);
+        assert_eq!(concurrency("deployment"), 5);
+        assert_eq!(concurrency("garbagecollector"), 20);
+        assert_eq!(concurrency("namespace"), 10);
+    }
+
+    #[test]
+    fn every_entry_builds_the_controller_it_names_and_names_and_flags_are_unique() {
+        let mut names = HashSet::new();
+        let mut flags = HashSet::new();
+        for b in builtins() {
+            let controller = b.controller();
+            assert_eq!(controller.name(), b.name);
+            assert!(controller.has_reconcile(), "{} has no reconcile", b.name);
+            assert!(
+                names.insert(b.name) && flags.insert(b.flag),
+                "{} twice",
+                b.name
+            );
+        }
+        assert_eq!(builtin("replicationcontroller").unwrap().flag, "rc");
+        assert!(builtin("nope").is_none());
+    }
+}
