@@ -133,7 +133,14 @@ async fn reconcile(request: Request<Greeting>, ctx: Context) -> Result<Action, E
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use crate::resource::GreetingSpec;
+    use std::sync::Arc;
+
+    use flotilla_sdk::kube::client::Body;
+    use http::{Method, Response};
+    use parking_lot::Mutex;
+    use serde_json::Value;
+
+    use crate::resource::{GreetingSpec, GreetingStatus};
 
     use super::*;
 
@@ -147,6 +154,65 @@ mod tests {
         greeting.metadata.namespace = Some("team-a".into());
         greeting.metadata.uid = uid.map(str::to_owned);
         greeting
+    }
+
+    /// A Greeting at generation 2 whose status says generation `observed` was handled.
+    fn handled(observed: Option<i64>) -> Greeting {
+        let mut greeting = greeting(Some("u-1"));
+        greeting.metadata.generation = Some(2);
+        greeting.status = Some(GreetingStatus {
+            observed_generation: observed,
+        });
+        greeting
+    }
+
+    fn request(greeting: &Greeting) -> Request<Greeting> {
+        Request::new(Some("team-a"), "hello").with_object(greeting.clone())
+    }
+
+    /// A mock Kubernetes API behind the reconcile's client: notes each request (method, path, JSON
+    /// body) and answers a POST with the object posted, as the API server does, anything else with
+    /// `answer`.
+    #[derive(Clone)]
+    struct MockApi {
+        requests: Arc<Mutex<Vec<(Method, String, Value)>>>,
+        answer: Value,
+    }
+
+    impl MockApi {
+        fn answering(answer: Value) -> Self {
+            Self {
+                requests: Arc::default(),
+                answer,
+            }
+        }
+
+        fn client(&self) -> kube::Client {
+            let mock = self.clone();
+            let service = tower::service_fn(move |request: http::Request<Body>| {
+                let mock = mock.clone();
+                async move {
+                    let (parts, body) = request.into_parts();
+                    let bytes = body.collect_bytes().await?;
+                    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                    let answer = if parts.method == Method::POST {
+                        body.clone()
+                    } else {
+                        mock.answer.clone()
+                    };
+                    mock.requests
+                        .lock()
+                        .push((parts.method, parts.uri.path().to_owned(), body));
+                    let answer = serde_json::to_vec(&answer).unwrap();
+                    Ok::<_, kube::Error>(Response::new(Body::from(answer)))
+                }
+            });
+            kube::Client::new(service, "default")
+        }
+
+        fn requests(&self) -> Vec<(Method, String, Value)> {
+            self.requests.lock().clone()
+        }
     }
 
     #[test]
@@ -171,5 +237,86 @@ mod tests {
             desired_configmap(&greeting(None)),
             Err(Error::Incomplete(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_handled_greeting_whose_prefetched_configmap_matches_makes_no_api_call() {
+        let greeting = handled(Some(2));
+        let configmap = desired_configmap(&greeting).unwrap();
+        // No client given: any API call would fail the reconcile.
+        let ctx = Context::for_test()
+            .controller("greeting")
+            .prefetched(&configmap)
+            .build();
+        let action = reconcile(request(&greeting), ctx).await.unwrap();
+        assert_eq!(action, Action::await_change());
+    }
+
+    #[tokio::test]
+    async fn a_changed_message_is_merged_into_the_prefetched_configmap() {
+        let greeting = handled(Some(2));
+        let mut stale = desired_configmap(&greeting).unwrap();
+        stale.data = Some(BTreeMap::from([("message".into(), "old".into())]));
+        let api = MockApi::answering(serde_json::to_value(&stale).unwrap());
+        let ctx = Context::for_test()
+            .client(api.client())
+            .prefetched(&stale)
+            .build();
+        let action = reconcile(request(&greeting), ctx).await.unwrap();
+        assert_eq!(action, Action::await_change());
+        assert_eq!(
+            api.requests(),
+            [(
+                Method::PATCH,
+                "/api/v1/namespaces/team-a/configmaps/hello-greeting".to_owned(),
+                json!({ "data": { "message": "hi there" } })
+            )],
+            "one merge patch, no create, no status write"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_greeting_gets_its_configmap_an_event_and_its_observed_generation() {
+        let greeting = handled(None);
+        let api = MockApi::answering(serde_json::to_value(&greeting).unwrap());
+        let ctx = Context::for_test()
+            .controller("greeting")
+            .client(api.client())
+            .build();
+        let action = reconcile(request(&greeting), ctx).await.unwrap();
+        assert_eq!(action, Action::await_change());
+        let requests = api.requests();
+        let calls: Vec<_> = requests
+            .iter()
+            .map(|(method, path, _)| (method.as_str(), path.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("POST", "/api/v1/namespaces/team-a/configmaps"),
+                ("POST", "/apis/events.k8s.io/v1/namespaces/team-a/events"),
+                (
+                    "PATCH",
+                    "/apis/example.flotilla.dev/v1/namespaces/team-a/greetings/hello/status"
+                ),
+            ]
+        );
+        let created: ConfigMap = serde_json::from_value(requests[0].2.clone()).unwrap();
+        assert_eq!(created, desired_configmap(&greeting).unwrap());
+        assert_eq!(requests[1].2["reason"], "ConfigMapCreated");
+        assert_eq!(requests[1].2["reportingController"], "greeting");
+        assert_eq!(
+            requests[2].2,
+            json!({ "status": { "observedGeneration": 2 } })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deleted_greeting_is_left_to_garbage_collection() {
+        let ctx = Context::for_test().build();
+        let action = reconcile(Request::new(Some("team-a"), "hello"), ctx)
+            .await
+            .unwrap();
+        assert_eq!(action, Action::await_change());
     }
 }
