@@ -117,12 +117,17 @@ impl Election {
     /// # Errors
     /// [`ElectionError::Etcd`] on etcd errors, [`ElectionError::BadValue`] for a garbled leader key.
     pub async fn leader(&self) -> Result<Option<Leadership>, ElectionError> {
+        Ok(self.leader_at().await?.0)
+    }
+
+    /// The current leader and the etcd revision of that read, from which a watch misses nothing.
+    async fn leader_at(&self) -> Result<(Option<Leadership>, i64), ElectionError> {
         let mut client = self.client.clone();
         // etcd answers "election: no leader" as an error rather than an empty response; a plain range
         // over the prefix tells the two apart.
         let resp = client
             .get(
-                format!("{}/", self.name),
+                self.prefix(),
                 Some(
                     etcd_client::GetOptions::new()
                         .with_prefix()
@@ -135,61 +140,110 @@ impl Election {
             )
             .await
             .map_err(ElectionError::Etcd)?;
+        let revision = resp.header().map_or(0, |h| h.revision());
         let Some(kv) = resp.kvs().first() else {
-            return Ok(None);
+            return Ok((None, revision));
         };
         let info: LeaderInfo =
             serde_json::from_slice(kv.value()).map_err(ElectionError::BadValue)?;
-        Ok(Some(Leadership {
+        let leadership = Leadership {
             info,
             term: u64::try_from(kv.create_revision()).unwrap_or(0),
-        }))
+        };
+        Ok((Some(leadership), revision))
+    }
+
+    fn prefix(&self) -> String {
+        format!("{}/", self.name)
     }
 
     /// Every change of leader, starting with the current one (`None` while there is none). The stream
-    /// polls etcd's election prefix through a watch and never ends on its own; on etcd errors it
-    /// retries after a short pause.
+    /// never ends on its own.
+    ///
+    /// It reads the leader once, then follows one etcd watch on the election prefix from the revision
+    /// of that read, so it misses no change and costs nothing while the leader stays: no polling. It
+    /// reads the leader again only when a key under the prefix changed. On etcd errors, or when the
+    /// watch ends, it pauses [`OBSERVE_RETRY`] and starts over with a fresh read.
     pub fn observe(&self) -> impl Stream<Item = Option<Leadership>> + Send + 'static {
-        let this = self.clone();
         futures::stream::unfold(
-            (this, None::<Option<Leadership>>),
-            |(this, last)| async move {
-                loop {
-                    let current = match this.leader().await {
-                        Ok(current) => current,
-                        Err(_) => {
-                            tokio::time::sleep(Duration::from_millis(250)).await;
-                            continue;
-                        }
-                    };
-                    if last.as_ref() != Some(&current) {
-                        return Some((current.clone(), (this, Some(current))));
-                    }
-                    this.wait_for_change().await;
-                }
+            Observer {
+                election: self.clone(),
+                last: None,
+                watch: None,
+            },
+            |mut observer| async move {
+                let next = observer.next_change().await;
+                Some((next, observer))
             },
         )
         .boxed()
     }
+}
 
-    /// Waits for any change under the election prefix (or a bounded pause on errors).
-    async fn wait_for_change(&self) {
-        let mut client = self.client.clone();
-        let watched = client
-            .watch(
-                format!("{}/", self.name),
-                Some(etcd_client::WatchOptions::new().with_prefix()),
-            )
-            .await;
-        let Ok(mut stream) = watched else {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            return;
-        };
-        // The watch starts now; a change between our read and this point is caught by the periodic
-        // re-read below.
-        let _ = tokio::time::timeout(Duration::from_secs(1), stream.message()).await;
+/// The pause of [`Election::observe`] after an etcd error before it reads and watches again.
+pub const OBSERVE_RETRY: Duration = Duration::from_millis(250);
+
+/// The state of [`Election::observe`]: the last leader it reported and its watch, if one is open.
+struct Observer {
+    election: Election,
+    last: Option<Option<Leadership>>,
+    watch: Option<etcd_client::WatchStream>,
+}
+
+impl Observer {
+    /// Waits for, and returns, the first leader that differs from the last one reported.
+    async fn next_change(&mut self) -> Option<Leadership> {
+        loop {
+            let current = match &mut self.watch {
+                None => match self.read_and_watch().await {
+                    Ok(current) => current,
+                    Err(_) => {
+                        tokio::time::sleep(OBSERVE_RETRY).await;
+                        continue;
+                    }
+                },
+                Some(watch) => match watch.message().await {
+                    // The creation notice and progress notifications carry no events.
+                    Ok(Some(resp)) if !resp.canceled() && resp.events().is_empty() => continue,
+                    Ok(Some(resp)) if !resp.canceled() => match self.election.leader().await {
+                        Ok(current) => current,
+                        Err(_) => {
+                            self.watch = None;
+                            tokio::time::sleep(OBSERVE_RETRY).await;
+                            continue;
+                        }
+                    },
+                    _ => {
+                        self.watch = None;
+                        tokio::time::sleep(OBSERVE_RETRY).await;
+                        continue;
+                    }
+                },
+            };
+            if self.last.as_ref() != Some(&current) {
+                self.last = Some(current.clone());
+                return current;
+            }
+        }
     }
 
+    /// Reads the leader and opens a watch from just after that read.
+    async fn read_and_watch(&mut self) -> Result<Option<Leadership>, ElectionError> {
+        let (current, revision) = self.election.leader_at().await?;
+        let options = etcd_client::WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1);
+        let mut client = self.election.client.clone();
+        let watch = client
+            .watch(self.election.prefix(), Some(options))
+            .await
+            .map_err(ElectionError::Etcd)?;
+        self.watch = Some(watch);
+        Ok(current)
+    }
+}
+
+impl Election {
     /// Runs `ops` in a transaction that succeeds only while `elected` still leads: every write of a
     /// leader goes through here, so a deposed leader cannot overwrite its successor's decisions.
     ///
