@@ -1,8 +1,12 @@
 //! `flotilla bench …`: benchmarks that write machine-readable results and print the table quoted in
 //! BENCHMARKS.md. `dispatch` measures the fleet core alone (no-op reconciles, in-process);
-//! `rollout` measures a whole fleet of processes rolling out Deployments against the devcluster.
+//! `rollout` measures a whole fleet of processes rolling out Deployments against the devcluster;
+//! `idle` measures what an idle fleet's processes cost.
 
 mod dispatch;
+mod idle;
+mod local_fleet;
+mod process_stats;
 mod rollout;
 
 use std::path::Path;
@@ -20,6 +24,8 @@ enum Bench {
     Dispatch(dispatch::DispatchArgs),
     /// Time, API requests and memory to roll out Deployments with the built-in controllers.
     Rollout(rollout::RolloutArgs),
+    /// CPU of an idle coordinator and worker: fresh, and settled after a small rollout.
+    Idle(idle::IdleArgs),
 }
 
 /// Runs a benchmark.
@@ -32,6 +38,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
         Bench::Dispatch(args) => dispatch::run(args).await,
         Bench::Rollout(args) => rollout::run(args).await,
+        Bench::Idle(args) => idle::run(args).await,
     }
 }
 

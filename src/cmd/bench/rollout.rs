@@ -7,25 +7,22 @@
 //! or warm caches.
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use flotilla_devcluster::EtcdServer;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::local_fleet::{self, LocalFleet};
+use super::process_stats::{fetch_metrics, peak_rss_mib, samples};
 use super::{median, write_json};
-use crate::cmd::procs::{Child, fleet_flags, free_port, spawn, stop_all, wait_for_api};
 
 /// The namespace the Deployments are created in.
-const NAMESPACE: &str = "bench";
+pub(super) const NAMESPACE: &str = "bench";
 
 /// Creates in flight at once from the benchmark's own (unlimited) client.
 const CREATE_CONCURRENCY: usize = 32;
@@ -217,124 +214,45 @@ async fn one_run(
     shape: &FleetShape,
     run: usize,
 ) -> anyhow::Result<RunResult> {
-    let dir = tempfile::Builder::new()
-        .prefix("flotilla-bench-rollout-")
-        .tempdir()?;
-    let etcd = EtcdServer::start().await?;
-    let mut children = Vec::new();
-    let result = measure(args, flotilla, shape, run, dir.path(), &etcd, &mut children).await;
-    stop_all(&mut children);
-    drop(etcd);
-    match result {
+    let worker_flags = [
+        "--kube-api-qps",
+        &shape.qps.to_string(),
+        "--kube-api-burst",
+        &shape.burst.to_string(),
+        "--concurrent-deployment-syncs",
+        &args.concurrent_deployment_syncs.to_string(),
+        "--concurrent-replicaset-syncs",
+        &args.concurrent_replicaset_syncs.to_string(),
+    ];
+    let mut fleet = LocalFleet::start(
+        flotilla,
+        &local_fleet::FleetShape {
+            name: format!("rollout-{}w-{}qps-{run}", shape.workers, shape.qps),
+            workers: shape.workers,
+            controllers: &["deployment", "replicaset"],
+            worker_flags: worker_flags.map(String::from).to_vec(),
+            nodes: args.nodes,
+            namespace: NAMESPACE,
+        },
+    )
+    .await?;
+    match measure(args, &mut fleet).await {
         Ok(result) => Ok(result),
-        Err(err) => {
-            let logs = dir.keep();
-            Err(err.context(format!("logs in {}", logs.display())))
-        }
+        Err(err) => Err(err.context(format!("logs in {}", fleet.keep_logs().display()))),
     }
 }
 
-/// Starts the processes (into `children`, so the caller stops them whatever happens), creates the
-/// Deployments and waits for them.
-async fn measure(
-    args: &RolloutArgs,
-    flotilla: &Path,
-    shape: &FleetShape,
-    run: usize,
-    dir: &Path,
-    etcd: &EtcdServer,
-    children: &mut Vec<Child>,
-) -> anyhow::Result<RunResult> {
-    let endpoints = etcd.endpoints().join(",");
-    let kubeconfig = dir.join("kubeconfig");
-    let api = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
-    let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-    children.push(spawn(
-        dir,
-        "devcluster",
-        flotilla,
-        &strings(&[
-            "devcluster",
-            "--etcd-endpoints",
-            &endpoints,
-            "--listen",
-            &api.to_string(),
-            "--nodes",
-            &args.nodes.to_string(),
-            "--write-kubeconfig",
-            &kubeconfig.display().to_string(),
-        ]),
-    )?);
-    let client = wait_for_api(&kubeconfig).await?;
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?,
-        )
-        .await
-        .context("cannot create the benchmark's namespace")?;
-
-    let fleet = format!("rollout-{}w-{}qps-{run}", shape.workers, shape.qps);
-    let common = fleet_flags(&fleet, &endpoints, &kubeconfig);
-    let mut coordinator_args = strings(&["coordinator", "--listen", "127.0.0.1:0"]);
-    coordinator_args.extend(common.iter().cloned());
-    coordinator_args.extend(strings(&["--id", "coordinator-0"]));
-    children.push(spawn(dir, "coordinator-0", flotilla, &coordinator_args)?);
-    let first_worker = children.len();
-    for i in 0..shape.workers {
-        let mut worker_args = strings(&[
-            "worker",
-            "--controllers",
-            "deployment,replicaset",
-            "--kube-api-qps",
-            &shape.qps.to_string(),
-            "--kube-api-burst",
-            &shape.burst.to_string(),
-            "--concurrent-deployment-syncs",
-            &args.concurrent_deployment_syncs.to_string(),
-            "--concurrent-replicaset-syncs",
-            &args.concurrent_replicaset_syncs.to_string(),
-            "--worker-id",
-            &format!("worker-{i}"),
-        ]);
-        worker_args.extend(common.iter().cloned());
-        children.push(spawn(dir, &format!("worker-{i}"), flotilla, &worker_args)?);
-    }
-    wait_for_fleet(etcd, &fleet, shape.workers, children).await?;
-
+/// Creates the Deployments and waits for them.
+async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<RunResult> {
     // The clock starts at the first create: from then on the controllers may see work.
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), NAMESPACE);
     let start = Instant::now();
-    futures::stream::iter(0..args.deployments)
-        .map(|i| {
-            let deployments = deployments.clone();
-            async move {
-                let object: Deployment =
-                    serde_json::from_value(deployment_object(i, args.replicas))?;
-                deployments
-                    .create(&PostParams::default(), &object)
-                    .await
-                    .with_context(|| format!("cannot create Deployment {}", deployment_name(i)))
-            }
-        })
-        .buffer_unordered(CREATE_CONCURRENCY)
-        .try_for_each(|_| async { Ok(()) })
-        .await?;
+    create_deployments(&deployments, args.deployments, args.replicas).await?;
     let create_seconds = start.elapsed().as_secs_f64();
 
     let mut last_report = Instant::now();
     let seconds = loop {
-        let available = match deployments.list(&ListParams::default()).await {
-            Ok(list) => list
-                .items
-                .iter()
-                .filter(|d| rolled_out(d, args.replicas))
-                .count(),
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot list the Deployments; retrying");
-                0
-            }
-        };
+        let available = rolled_out_count(&deployments, args.replicas).await;
         if available == args.deployments {
             break start.elapsed().as_secs_f64();
         }
@@ -345,9 +263,7 @@ async fn measure(
                 args.timeout
             );
         }
-        for child in children.iter_mut() {
-            child.check_running()?;
-        }
+        fleet.check_running()?;
         if last_report.elapsed() >= Duration::from_secs(10) {
             eprintln!(
                 "  {available}/{} Available after {:.0}s",
@@ -363,7 +279,7 @@ async fn measure(
     let mut requests_by_method = BTreeMap::new();
     let mut requests_not_2xx = 0.0;
     let mut worker_peak_rss_mib = Vec::new();
-    for worker in &children[first_worker..] {
+    for worker in fleet.workers() {
         let text = fetch_metrics(worker).await?;
         for (labels, value) in samples(&text, "rest_client_requests_total") {
             let label = |name: &str| {
@@ -386,43 +302,46 @@ async fn measure(
         requests: requests_by_method.values().sum(),
         requests_by_method,
         requests_not_2xx,
-        coordinator_peak_rss_mib: peak_rss_mib(&children[1])?,
+        coordinator_peak_rss_mib: peak_rss_mib(fleet.coordinator())?,
         worker_peak_rss_mib,
-        devcluster_peak_rss_mib: peak_rss_mib(&children[0])?,
+        devcluster_peak_rss_mib: peak_rss_mib(fleet.devcluster())?,
     })
 }
 
-/// Waits until the fleet's leader runs both controllers with every worker connected, every shard
-/// owned and every informer synced, so the clock measures the rollout and not the start-up.
-async fn wait_for_fleet(
-    etcd: &EtcdServer,
-    fleet: &str,
-    workers: usize,
-    children: &mut [Child],
+/// Creates Deployments `roll-0` … `roll-{n-1}` of `replicas` replicas, [`CREATE_CONCURRENCY`] at once.
+pub(super) async fn create_deployments(
+    deployments: &Api<Deployment>,
+    n: usize,
+    replicas: i32,
 ) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(s) = crate::cmd::status::fetch(&etcd.endpoints(), fleet).await {
-            let connected = s.workers.iter().filter(|w| w.connected).count();
-            let owned: u32 = s.workers.iter().map(|w| w.shards).sum();
-            let runs = |c: &str| s.queues.iter().any(|q| q.controller == c);
-            let synced = s.informers.iter().all(|i| i.synced);
-            if connected == workers
-                && owned == s.shard_count
-                && synced
-                && runs("deployment")
-                && runs("replicaset")
-            {
-                return Ok(());
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let deployments = deployments.clone();
+            async move {
+                let object: Deployment = serde_json::from_value(deployment_object(i, replicas))?;
+                deployments
+                    .create(&PostParams::default(), &object)
+                    .await
+                    .with_context(|| format!("cannot create Deployment {}", deployment_name(i)))
             }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_for_each(|_| async { Ok(()) })
+        .await
+}
+
+/// How many of the Deployments are rolled out (0 when they cannot be listed, which is logged).
+pub(super) async fn rolled_out_count(deployments: &Api<Deployment>, replicas: i32) -> usize {
+    match deployments.list(&ListParams::default()).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .filter(|d| rolled_out(d, replicas))
+            .count(),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot list the Deployments; retrying");
+            0
         }
-        for child in children.iter_mut() {
-            child.check_running()?;
-        }
-        if Instant::now() > deadline {
-            bail!("the fleet did not become ready within 60s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -451,7 +370,7 @@ fn deployment_object(i: usize, replicas: i32) -> serde_json::Value {
 
 /// Whether `d` has finished rolling out `replicas` replicas: its controller observed the current
 /// generation, every replica is updated and available, and the Available condition is True.
-fn rolled_out(d: &Deployment, replicas: i32) -> bool {
+pub(super) fn rolled_out(d: &Deployment, replicas: i32) -> bool {
     let Some(status) = &d.status else {
         return false;
     };
@@ -465,100 +384,6 @@ fn rolled_out(d: &Deployment, replicas: i32) -> bool {
         && available
         && status.updated_replicas == Some(replicas)
         && status.available_replicas == Some(replicas)
-}
-
-/// The samples of one metric in a Prometheus text exposition: labels in order, and the value.
-fn samples(text: &str, metric: &str) -> Vec<(Vec<(String, String)>, f64)> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let rest = line.strip_prefix(metric)?;
-            let (labels, value) = match rest.strip_prefix('{') {
-                Some(rest) => {
-                    let (labels, value) = rest.split_once('}')?;
-                    (parse_labels(labels), value)
-                }
-                None if rest.starts_with(' ') => (Vec::new(), rest),
-                None => return None,
-            };
-            let value = value.split_whitespace().next()?.parse().ok()?;
-            Some((labels, value))
-        })
-        .collect()
-}
-
-/// `a="x",b="y"` → [(a, x), (b, y)]. Label values here never hold quotes or commas.
-fn parse_labels(labels: &str) -> Vec<(String, String)> {
-    labels
-        .split(',')
-        .filter_map(|pair| {
-            let (name, value) = pair.split_once('=')?;
-            Some((
-                name.trim().to_owned(),
-                value.trim().trim_matches('"').to_owned(),
-            ))
-        })
-        .collect()
-}
-
-/// The `VmHWM` (peak resident set size) line of a `/proc/<pid>/status`, in KiB.
-fn vm_hwm_kib(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-fn peak_rss_mib(child: &Child) -> anyhow::Result<f64> {
-    let path = format!("/proc/{}/status", child.pid());
-    let status = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    let kib = vm_hwm_kib(&status).with_context(|| format!("no VmHWM in {path}"))?;
-    Ok(kib as f64 / 1024.0)
-}
-
-/// The `/metrics` text of a process that logged its ops address as `metrics=ADDR` in its start line.
-async fn fetch_metrics(child: &Child) -> anyhow::Result<String> {
-    let log = child.log_text();
-    let addr = log
-        .lines()
-        .filter(|l| l.contains(" started"))
-        .find_map(|l| {
-            Some(
-                l[l.find("metrics=")? + "metrics=".len()..]
-                    .split_whitespace()
-                    .next()?
-                    .to_owned(),
-            )
-        })
-        .with_context(|| format!("{} did not log its metrics address", child.name()))?;
-    let mut stream = tokio::net::TcpStream::connect(&addr)
-        .await
-        .with_context(|| format!("cannot reach {}'s metrics at {addr}", child.name()))?;
-    // HTTP/1.0: the server closes the connection after one plain (not chunked) response.
-    stream
-        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await?;
-    let mut response = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        stream.read_to_string(&mut response),
-    )
-    .await
-    .context("metrics request timed out")??;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .context("malformed metrics response")?;
-    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-        bail!(
-            "{}'s /metrics answered {}",
-            child.name(),
-            head.lines().next().unwrap_or_default()
-        );
-    }
-    Ok(body.to_owned())
 }
 
 #[cfg(test)]
@@ -589,38 +414,6 @@ mod tests {
         ] {
             assert!(bad.parse::<FleetShape>().is_err(), "{bad:?} parsed");
         }
-    }
-
-    #[test]
-    fn peak_rss_is_read_from_the_vm_hwm_line() {
-        let status =
-            "Name:\tflotilla\nVmPeak:\t  900000 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40000 kB\n";
-        assert_eq!(vm_hwm_kib(status), Some(51_200));
-        assert_eq!(vm_hwm_kib("Name:\tkthreadd\n"), None);
-    }
-
-    #[test]
-    fn counter_samples_are_read_with_their_labels_and_other_metrics_are_ignored() {
-        let text = "\
-# HELP rest_client_requests Kubernetes API requests sent.
-# TYPE rest_client_requests counter
-rest_client_requests_total{code=\"200\",method=\"GET\"} 12
-rest_client_requests_total{code=\"409\",method=\"PUT\"} 3
-rest_client_requests_total_other 99
-flotilla_worker_fenced_total 1
-# EOF
-";
-        let s = samples(text, "rest_client_requests_total");
-        assert_eq!(s.len(), 2);
-        assert_eq!(s.iter().map(|(_, v)| v).sum::<f64>(), 15.0);
-        assert_eq!(
-            s[1].0,
-            vec![
-                ("code".to_owned(), "409".to_owned()),
-                ("method".to_owned(), "PUT".to_owned())
-            ]
-        );
-        assert_eq!(samples("up 1\n", "up"), vec![(Vec::new(), 1.0)]);
     }
 
     fn deployment(status: serde_json::Value) -> Deployment {
