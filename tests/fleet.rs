@@ -20,6 +20,7 @@ mod fleet {
     mod greeting;
     mod hostile_peers;
     mod read_your_writes;
+    mod reasons;
     mod rebalance;
     mod term_failures;
     mod worker_loss;

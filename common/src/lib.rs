@@ -1,7 +1,7 @@
 //! Code both Flotilla roles share: etcd sessions and elections, the fleet's etcd key layout, the
 //! operational HTTP endpoints (`/metrics`, `/healthz`, `/readyz`), Kubernetes client configuration,
 //! logging set-up and shutdown signals; and, re-exported from `flotilla-apimachinery`, the Kubernetes
-//! vocabulary (kinds, keys, label selectors).
+//! vocabulary (kinds, keys, label selectors, reasons).
 
 mod duration;
 mod etcd;
@@ -28,6 +28,6 @@ pub use telemetry::{LogFormat, init_logging};
 
 // The shared Kubernetes vocabulary, re-exported so both roles keep naming it `flotilla_common::…`.
 pub use flotilla_apimachinery::{
-    FOREGROUND_FINALIZER, KindedKey, LabelSelector, ORPHAN_FINALIZER, ResourceKind, SelectorError,
-    split_key,
+    FOREGROUND_FINALIZER, KindedKey, LabelSelector, ORPHAN_FINALIZER, Reason, ResourceKind,
+    SelectorError, split_key,
 };

@@ -11,6 +11,7 @@ pub mod v1 {
 pub use v1::*;
 
 mod kind;
+mod reason;
 
 /// The largest message either side accepts; a bigger one is a protocol error on that stream.
 ///

@@ -183,7 +183,8 @@ impl Context {
         })
     }
 
-    /// The reconcile's span (fields `controller`, `key`, `shard`, `term`, `worker`, `attempt`).
+    /// The reconcile's span (fields `controller`, `key`, `shard`, `term`, `worker`, `attempt`,
+    /// `reason`).
     pub fn span(&self) -> &tracing::Span {
         &self.inner.span
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flotilla_apimachinery::{KindedKey, split_key};
+use flotilla_apimachinery::{KindedKey, Reason, split_key};
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 
@@ -24,6 +24,8 @@ pub struct WorkItem {
     pub object: Bytes,
     /// How many times the key failed in a row before this attempt.
     pub attempt: u32,
+    /// Why the key runs.
+    pub reason: Reason,
 }
 
 type RunFn = Arc<dyn Fn(WorkItem, Context) -> BoxFuture<'static, Outcome> + Send + Sync>;
@@ -149,6 +151,7 @@ fn decode<K: DeserializeOwned>(
         name: name.to_owned(),
         object,
         attempt: item.attempt,
+        reason: item.reason.clone(),
     })
 }
 
@@ -184,6 +187,10 @@ mod tests {
             key: key.into(),
             object: Bytes::from(object.to_owned()),
             attempt: 3,
+            reason: Reason::ObjectChanged {
+                kind: "v1/configmaps".into(),
+                key: key.into(),
+            },
         }
     }
 
@@ -211,7 +218,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_request_carries_the_key_parts_the_object_and_the_attempt() {
+    async fn the_request_carries_the_key_parts_the_object_the_attempt_and_the_reason() {
         let (tx, rx) = std::sync::mpsc::channel();
         let controller = seen_by(Controller::new("c").reconcile(
             move |req: Request<ConfigMap>, _ctx| {
@@ -221,6 +228,7 @@ mod tests {
                     req.name().to_owned(),
                     req.object().is_some(),
                     req.attempt(),
+                    req.reason().to_string(),
                 );
                 tx.send(seen).unwrap();
                 async { Ok::<_, std::io::Error>(Action::requeue(Duration::from_secs(1))) }
@@ -238,7 +246,14 @@ mod tests {
         );
         assert_eq!(
             rx.recv().unwrap(),
-            ("ns/x".into(), Some("ns".into()), "x".into(), true, 3)
+            (
+                "ns/x".into(),
+                Some("ns".into()),
+                "x".into(),
+                true,
+                3,
+                "object_changed v1/configmaps ns/x".into()
+            )
         );
     }
 

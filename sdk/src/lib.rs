@@ -50,7 +50,7 @@ pub use test_context::TestContext;
 
 /// The Kubernetes vocabulary: kinds and keys, label selectors, the finalizers of deletion propagation.
 pub use flotilla_apimachinery as apimachinery;
-pub use flotilla_apimachinery::{KindedKey, ResourceKind};
+pub use flotilla_apimachinery::{KindedKey, Reason, ResourceKind};
 /// The Kubernetes API types, at the version the fleet is built with.
 pub use k8s_openapi;
 /// The Kubernetes client, at the version the fleet is built with.

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use flotilla_apimachinery::Reason;
+
 /// What a reconcile is asked to look at: the key and, unless it is gone, the primary object.
 ///
 /// Like client-go's `sync(key)`, the reconcile must handle `object() == None`: the object was deleted
@@ -13,6 +15,7 @@ pub struct Request<K> {
     pub(crate) name: String,
     pub(crate) object: Option<Arc<K>>,
     pub(crate) attempt: u32,
+    pub(crate) reason: Reason,
 }
 
 impl<K> Request<K> {
@@ -30,12 +33,19 @@ impl<K> Request<K> {
             name: name.to_owned(),
             object: None,
             attempt: 0,
+            reason: Reason::Unknown,
         }
     }
 
     /// The same request carrying `object` as the one the coordinator's cache held.
     pub fn with_object(mut self, object: K) -> Self {
         self.object = Some(Arc::new(object));
+        self
+    }
+
+    /// The same request with `reason` as why it runs.
+    pub fn with_reason(mut self, reason: Reason) -> Self {
+        self.reason = reason;
         self
     }
 
@@ -65,6 +75,13 @@ impl<K> Request<K> {
         self.object.as_ref()
     }
 
+    /// Why the key runs: the watch event, requeue, retry, resync or handover that queued it (the first,
+    /// when several coalesced). Informational: a reconcile must converge whatever the reason, as
+    /// events can coalesce and a new leader lists everything again.
+    pub fn reason(&self) -> &Reason {
+        &self.reason
+    }
+
     /// How many times this key failed in a row before this attempt (client-go's `NumRequeues`).
     pub fn attempt(&self) -> u32 {
         self.attempt
@@ -81,7 +98,12 @@ mod tests {
         assert_eq!(namespaced.key(), "team-a/web");
         assert_eq!(namespaced.namespace(), Some("team-a"));
         assert_eq!(namespaced.attempt(), 2);
+        assert_eq!(namespaced.reason(), &Reason::Unknown);
         assert!(namespaced.object().is_none());
+        assert_eq!(
+            namespaced.with_reason(Reason::Resync).reason(),
+            &Reason::Resync
+        );
         let cluster = Request::new(None, "node-1").with_object(7);
         assert_eq!(cluster.key(), "node-1");
         assert_eq!(cluster.object().map(|o| **o), Some(7));

@@ -15,6 +15,9 @@ pub struct Entry {
     pub start_ns: u64,
     pub end_ns: u64,
     pub rv: String,
+    /// Why it ran (`Request::reason`, displayed).
+    #[serde(default)]
+    pub reason: String,
 }
 
 /// One reconcile: from its start line to its end line, or — when its worker was killed mid-reconcile —
@@ -146,6 +149,7 @@ fn the_overlap_check_finds_an_overlap_and_accepts_back_to_back_reconciles() {
         start_ns: s,
         end_ns: end,
         rv: "1".into(),
+        reason: String::new(),
     };
     let entries = vec![
         e("w1", 10, 0),

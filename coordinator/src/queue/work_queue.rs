@@ -21,28 +21,34 @@ const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 /// * a key added while it is processed is queued again when [`WorkQueue::done`] is called, once;
 /// * keys come out in the order they became ready.
 ///
+/// Each key carries a reason `R` (why it needs a run; `()` when the owner does not care): the reason of
+/// the add that made it dirty. Adds of a key already dirty coalesce into it and keep the first reason;
+/// [`WorkQueue::reason`] tells a processed key's reason until its [`WorkQueue::done`].
+///
 /// It has no locks and no tasks: one owner (the dispatcher) calls it, reads time from tokio's clock, and must
 /// call [`WorkQueue::promote_due`] when [`WorkQueue::next_deadline`] passes and
 /// [`WorkQueue::update_unfinished_work`] every 500 ms (client-go's period).
-pub struct WorkQueue<K: Clone + Eq + Hash> {
+pub struct WorkQueue<K: Clone + Eq + Hash, R = ()> {
     name: String,
     /// Keys ready to hand out, oldest first. No duplicates; every key here is in `dirty` and not in
     /// `processing`.
     queue: VecDeque<K>,
-    /// Keys that need (another) run, with the time they were first added since their last `get`.
-    /// `dirty ⊇ queue`, and a dirty key missing from `queue` is in `processing`: `done` queues it again.
-    dirty: HashMap<K, Instant>,
-    /// Keys handed out by `get` and not yet `done`, with the time they were handed out. Disjoint from `queue`.
-    processing: HashMap<K, Instant>,
+    /// Keys that need (another) run, with the time they were first added since their last `get` and
+    /// that add's reason. `dirty ⊇ queue`, and a dirty key missing from `queue` is in `processing`:
+    /// `done` queues it again.
+    dirty: HashMap<K, (Instant, R)>,
+    /// Keys handed out by `get` and not yet `done`, with the time they were handed out and the reason
+    /// they run. Disjoint from `queue`.
+    processing: HashMap<K, (Instant, R)>,
     /// Keys waiting out an `add_after` delay; independent of the sets above (a key may wait and be queued).
-    waiting: Waiting<K>,
+    waiting: Waiting<K, R>,
     rate_limiter: Box<dyn RateLimiter<K> + Send>,
     metrics: QueueMetrics,
     /// Once set, nothing is queued again and `get` returns `None`.
     shutting_down: bool,
 }
 
-impl<K: Clone + Eq + Hash> WorkQueue<K> {
+impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
     /// An empty queue called `name` (the controller; used in logs) that backs off with `rate_limiter` and
     /// reports to `metrics`.
     pub fn new(
@@ -69,7 +75,15 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
 
     /// Marks `key` as needing a run. A key already queued stays where it is; a key being processed is queued
     /// again after its [`WorkQueue::done`]. Dropped after [`WorkQueue::shut_down`].
-    pub fn add(&mut self, key: K) {
+    pub fn add(&mut self, key: K)
+    where
+        R: Default,
+    {
+        self.add_because(key, R::default);
+    }
+
+    /// [`WorkQueue::add`] for `reason`, which is built only when the key was not dirty yet.
+    pub fn add_because(&mut self, key: K, reason: impl FnOnce() -> R) {
         if self.shutting_down || self.dirty.contains_key(&key) {
             return;
         }
@@ -77,7 +91,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         if !self.processing.contains_key(&key) {
             self.queue.push_back(key.clone());
         }
-        self.dirty.insert(key, Instant::now());
+        self.dirty.insert(key, (Instant::now(), reason()));
         self.update_depth();
     }
 
@@ -92,20 +106,25 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         }
         let key = self.queue.pop_front()?;
         let now = Instant::now();
-        if let Some(added) = self.dirty.remove(&key) {
-            self.metrics
-                .queue_duration
-                .observe(now.saturating_duration_since(added).as_secs_f64());
-        }
-        self.processing.insert(key.clone(), now);
+        // Every queued key is dirty (the invariant above), so its reason is there.
+        let (added, reason) = self.dirty.remove(&key)?;
+        self.metrics
+            .queue_duration
+            .observe(now.saturating_duration_since(added).as_secs_f64());
+        self.processing.insert(key.clone(), (now, reason));
         self.update_depth();
         Some(key)
+    }
+
+    /// Why `key`, handed out by [`WorkQueue::get`] and not done yet, runs; `None` for any other key.
+    pub fn reason(&self, key: &K) -> Option<&R> {
+        self.processing.get(key).map(|(_, reason)| reason)
     }
 
     /// Ends the processing of `key` (returned by [`WorkQueue::get`]); if it was added meanwhile, it is queued
     /// again. A key that is not being processed is ignored.
     pub fn done(&mut self, key: &K) {
-        let Some(started) = self.processing.remove(key) else {
+        let Some((started, _)) = self.processing.remove(key) else {
             return;
         };
         self.metrics.work_duration.observe(
@@ -121,26 +140,42 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     /// Adds `key` once `delay` has passed (immediately when it is zero). A key already waiting keeps the earlier
     /// of its two ready times. Delays over a year are clamped to a year. Counts as a retry in the metrics, like
     /// client-go. Dropped after [`WorkQueue::shut_down`].
-    pub fn add_after(&mut self, key: K, delay: Duration) {
+    pub fn add_after(&mut self, key: K, delay: Duration)
+    where
+        R: Default,
+    {
+        self.add_after_because(key, delay, R::default());
+    }
+
+    /// [`WorkQueue::add_after`] for `reason`.
+    pub fn add_after_because(&mut self, key: K, delay: Duration, reason: R) {
         if self.shutting_down {
             return;
         }
         self.metrics.retries.inc();
         if delay.is_zero() {
-            self.add(key);
+            self.add_because(key, || reason);
             return;
         }
         self.waiting
-            .insert(key, Instant::now() + delay.min(MAX_DELAY));
+            .insert(key, Instant::now() + delay.min(MAX_DELAY), reason);
     }
 
     /// Adds `key` after the delay the rate limiter gives it, recording one more failure of `key`.
-    pub fn add_rate_limited(&mut self, key: K) {
+    pub fn add_rate_limited(&mut self, key: K)
+    where
+        R: Default,
+    {
+        self.add_rate_limited_because(key, R::default());
+    }
+
+    /// [`WorkQueue::add_rate_limited`] for `reason`.
+    pub fn add_rate_limited_because(&mut self, key: K, reason: R) {
         if self.shutting_down {
             return;
         }
         let delay = self.rate_limiter.when(&key, Instant::now());
-        self.add_after(key, delay);
+        self.add_after_because(key, delay, reason);
     }
 
     /// Stops the rate limiter tracking `key`, so its next failure backs off from the start. Call it when `key`
@@ -158,8 +193,8 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     /// the waiting set (a key that was already queued is not queued twice).
     pub fn promote_due(&mut self, now: Instant) -> usize {
         let mut promoted = 0;
-        while let Some(key) = self.waiting.pop_due(now) {
-            self.add(key);
+        while let Some((key, reason)) = self.waiting.pop_due(now) {
+            self.add_because(key, || reason);
             promoted += 1;
         }
         promoted
@@ -214,7 +249,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
         let (total, oldest) =
             self.processing
                 .values()
-                .fold((0.0, 0.0_f64), |(total, oldest), started| {
+                .fold((0.0, 0.0_f64), |(total, oldest), (started, _)| {
                     let age = now.saturating_duration_since(*started).as_secs_f64();
                     (total + age, oldest.max(age))
                 });

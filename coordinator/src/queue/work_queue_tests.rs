@@ -17,6 +17,14 @@ fn queue() -> WorkQueue<&'static str> {
     )
 }
 
+fn queue_with_reasons() -> WorkQueue<&'static str, &'static str> {
+    WorkQueue::new(
+        "test",
+        Box::new(default_controller_rate_limiter()),
+        QueueMetrics::unregistered("test"),
+    )
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -201,7 +209,7 @@ async fn after_shut_down_get_returns_none_and_adds_are_dropped() {
 async fn metrics_follow_adds_gets_retries_and_running_work() {
     let families = QueueMetricsFamilies::default();
     let metrics = families.for_queue("replicaset");
-    let mut q = WorkQueue::new(
+    let mut q: WorkQueue<&str> = WorkQueue::new(
         "replicaset",
         Box::new(default_controller_rate_limiter()),
         metrics.clone(),
@@ -402,9 +410,45 @@ proptest! {
 fn waiting_keeps_one_entry_per_key_at_its_earliest_time() {
     let mut waiting = Waiting::default();
     let t0 = Instant::now();
-    waiting.insert("a", t0 + ms(20));
-    waiting.insert("a", t0 + ms(10));
-    waiting.insert("a", t0 + ms(30));
+    waiting.insert("a", t0 + ms(20), ());
+    waiting.insert("a", t0 + ms(10), ());
+    waiting.insert("a", t0 + ms(30), ());
     assert_eq!(waiting.len(), 1);
     assert_eq!(waiting.ready_at(&"a"), Some(t0 + ms(10)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_runs_for_the_reason_of_the_add_that_made_it_dirty() {
+    let mut q = queue_with_reasons();
+    q.add_because("a", || "event");
+    q.add_because("a", || "coalesced");
+    assert_eq!(q.reason(&"a"), None, "not handed out yet");
+    assert_eq!(q.get(), Some("a"));
+    assert_eq!(q.reason(&"a"), Some(&"event"));
+    // Re-added while processed: the next run has the re-add's reason, this one keeps its own.
+    q.add_because("a", || "resync");
+    assert_eq!(q.reason(&"a"), Some(&"event"));
+    q.done(&"a");
+    assert_eq!(q.reason(&"a"), None);
+    assert_eq!(q.get(), Some("a"));
+    assert_eq!(q.reason(&"a"), Some(&"resync"));
+    q.done(&"a");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delayed_key_keeps_the_reason_of_its_earliest_entry() {
+    let mut q = queue_with_reasons();
+    q.add_after_because("a", ms(20), "requeue_after");
+    q.add_after_because("a", ms(10), "retry");
+    q.add_after_because("a", ms(30), "late");
+    advance(ms(10)).await;
+    q.promote_due(Instant::now());
+    assert_eq!(q.get(), Some("a"));
+    assert_eq!(q.reason(&"a"), Some(&"retry"));
+    q.add_rate_limited_because("b", "failed");
+    assert_eq!(q.get(), None, "a rate-limited key waits");
+    advance(ms(5)).await;
+    q.promote_due(Instant::now());
+    assert_eq!(q.get(), Some("b"));
+    assert_eq!(q.reason(&"b"), Some(&"failed"));
 }

@@ -39,6 +39,8 @@ pub struct Entry<'a> {
     pub end_ns: u64,
     /// resourceVersion of the object the reconcile got; empty when it was gone.
     pub rv: &'a str,
+    /// Why the reconcile ran (the request's reason, displayed).
+    pub reason: &'a str,
 }
 
 /// The journal file, opened for appending; lines from concurrent processes never interleave because
@@ -105,12 +107,14 @@ pub fn controller(journal: Arc<Journal>, pause: Duration) -> Controller<ConfigMa
                 // A start line first (end_ns 0), so a reconcile cut short by a kill still shows in
                 // the journal as an interval that runs until the worker died.
                 let start_ns = now_ns();
+                let reason = request.reason().to_string();
                 let mut entry = Entry {
                     key: request.key(),
                     worker: ctx.worker_id(),
                     start_ns,
                     end_ns: 0,
                     rv: &rv,
+                    reason: &reason,
                 };
                 journal.append(&entry)?;
                 tokio::time::sleep(pause).await;
@@ -144,6 +148,7 @@ mod tests {
                             start_ns: 1,
                             end_ns: 2,
                             rv: "7",
+                            reason: "resync",
                         };
                         journal.append(&entry).unwrap();
                     }

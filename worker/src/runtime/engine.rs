@@ -586,6 +586,7 @@ impl<'a> SessionRun<'a> {
             term = item.term,
             worker = %self.shared.worker_id,
             attempt = item.attempt,
+            reason = %item.reason,
             traceparent = %item.traceparent,
         );
         let cancel = self.reconciles.child_token();
@@ -601,6 +602,7 @@ impl<'a> SessionRun<'a> {
             key: item.key.clone(),
             object: item.object,
             attempt: item.attempt,
+            reason: item.reason,
         };
         let run = slot.controller.run(work, ctx);
         let metrics = slot.metrics.clone();

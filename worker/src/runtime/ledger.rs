@@ -8,7 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
-use flotilla_common::ResourceKind;
+use flotilla_common::{Reason, ResourceKind};
 use flotilla_proto as proto;
 
 /// One assigned item, mapped from the protocol's `Assign`.
@@ -23,6 +23,7 @@ pub(crate) struct Assigned {
     pub(crate) object: Bytes,
     pub(crate) prefetched: Vec<(ResourceKind, Bytes)>,
     pub(crate) traceparent: String,
+    pub(crate) reason: Reason,
 }
 
 impl From<proto::Assign> for Assigned {
@@ -48,6 +49,7 @@ impl From<proto::Assign> for Assigned {
                 })
                 .collect(),
             traceparent: a.traceparent,
+            reason: a.reason.map(Reason::from).unwrap_or_default(),
         }
     }
 }
@@ -289,6 +291,7 @@ mod tests {
             object: Bytes::new(),
             prefetched: Vec::new(),
             traceparent: String::new(),
+            reason: Reason::Unknown,
         }
     }
 

@@ -153,7 +153,7 @@ impl Dispatcher {
         }
         state.synced = true;
         for key in primary_keys(&state.spec.primary, &self.graph, &self.ctx.informers) {
-            state.queue.add(key);
+            state.queue.add_because(key, || Reason::InitialList);
         }
         info!(controller, "caches synced; dispatching");
     }
@@ -161,6 +161,12 @@ impl Dispatcher {
     pub(super) fn on_informer_event(&mut self, ev: InformerEvent) {
         let mut keys = Vec::new();
         self.graph.keys_for(&ev, &self.ctx.informers, &mut keys);
+        // The object whose event this is: the reason of every key it queues.
+        let source = match &ev {
+            InformerEvent::Applied { new, .. } => Some(Arc::clone(new)),
+            InformerEvent::Deleted { old, .. } => Some(Arc::clone(old)),
+            InformerEvent::Synced { .. } => None,
+        };
         match ev {
             InformerEvent::Applied { old, new } => {
                 let released =
@@ -188,16 +194,28 @@ impl Dispatcher {
                     for state in self.controllers.values_mut() {
                         if state.synced && self.graph.routes(&state.spec.name) {
                             for key in &graph_keys {
-                                state.queue.add(key.clone());
+                                state.queue.add_because(key.clone(), || Reason::InitialList);
                             }
                         }
                     }
                 }
             }
         }
+        let Some(source) = source else { return };
         for (controller, key) in keys {
             if let Some(state) = self.controllers.get_mut(&controller) {
-                state.queue.add(key);
+                // Before its caches synced, a controller's events are its initial list arriving.
+                let synced = state.synced;
+                state.queue.add_because(key, || {
+                    if synced {
+                        Reason::ObjectChanged {
+                            kind: source.kind.to_string(),
+                            key: source.key(),
+                        }
+                    } else {
+                        Reason::InitialList
+                    }
+                });
             }
         }
     }

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, WatchOptions};
 use flotilla_common::Verdict;
-use flotilla_common::{Elected, Election, ElectionError, FleetKeys, LeaderInfo, ResourceKind};
+use flotilla_common::{
+    Elected, Election, ElectionError, FleetKeys, LeaderInfo, Reason, ResourceKind,
+};
 use flotilla_proto as proto;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
@@ -141,7 +143,8 @@ const UNSERVED_RETRY: Duration = Duration::from_secs(300);
 
 struct ControllerState {
     spec: ControllerSpec,
-    queue: WorkQueue<String>,
+    /// Keys of the controller, each with why it needs a run.
+    queue: WorkQueue<String, Reason>,
     synced: bool,
     next_resync: Option<Instant>,
     /// When a live worker (lease alive, said Hello to this leader) last ran it, or when this term
@@ -466,7 +469,7 @@ impl Dispatcher {
             Command::Enqueue { controller, keys } => {
                 if let Some(state) = self.controllers.get_mut(&controller) {
                     for key in keys {
-                        state.queue.add(key);
+                        state.queue.add_because(key, || Reason::Requested);
                     }
                 }
             }

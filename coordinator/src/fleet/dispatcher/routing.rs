@@ -42,11 +42,15 @@ impl Dispatcher {
             Outcome::RequeueAfter(after) => {
                 state.counters.requeue_after.inc();
                 state.queue.forget(&item.key);
-                state.queue.add_after(item.key.clone(), after);
+                state
+                    .queue
+                    .add_after_because(item.key.clone(), after, Reason::RequeueAfter);
             }
             Outcome::Error => {
                 state.counters.error.inc();
-                state.queue.add_rate_limited(item.key.clone());
+                state
+                    .queue
+                    .add_rate_limited_because(item.key.clone(), Reason::Retry);
             }
         }
         if item.foreign {
@@ -108,13 +112,13 @@ impl Dispatcher {
         if item.foreign {
             self.finish_foreign(&item.controller, &item.key);
             if let Some(state) = self.controllers.get_mut(&item.controller) {
-                state.queue.add(item.key);
+                state.queue.add_because(item.key, || Reason::Handover);
             }
             return;
         }
         if let Some(state) = self.controllers.get_mut(&item.controller) {
             state.queue.done(&item.key);
-            state.queue.add(item.key);
+            state.queue.add_because(item.key, || Reason::Handover);
         }
     }
 
@@ -237,6 +241,7 @@ impl Dispatcher {
         };
         state.counters.assigned.inc();
         let attempt = state.queue.num_requeues(&key);
+        let reason = state.queue.reason(&key).map(proto::Reason::from);
         let (object, prefetched) = self.payload(&state.spec, &key);
         let Some(w) = self.workers.get_mut(worker) else {
             return;
@@ -260,6 +265,7 @@ impl Dispatcher {
                 object,
                 prefetched,
                 traceparent: String::new(),
+                reason,
             });
         self.items.insert(
             (self.term, item_id),
@@ -361,7 +367,7 @@ impl Dispatcher {
             {
                 state.next_resync = Some(now + every);
                 for key in primary_keys(&state.spec.primary, &self.graph, &self.ctx.informers) {
-                    state.queue.add(key);
+                    state.queue.add_because(key, || Reason::Resync);
                 }
             }
         }
