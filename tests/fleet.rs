@@ -21,6 +21,7 @@ mod fleet {
     mod hostile_peers;
     mod read_your_writes;
     mod rebalance;
+    mod shared_cluster;
     mod term_failures;
     mod worker_loss;
 }
