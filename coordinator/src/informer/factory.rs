@@ -1,4 +1,5 @@
-//! The shared informer factory: one watch per kind for the whole process, however many controllers need it.
+//! The shared informer factory: one watch per kind for the whole process (one per kind and namespace
+//! under `--namespaces`), however many controllers need it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -124,7 +125,8 @@ impl Informers {
     /// failures with kube-rs's default backoff (0.8 s doubling to 30 s) until [`Informers::shutdown`].
     /// A kind the API server does not serve stays unsynced, and its informer stops once it has
     /// answered only 404 for the unserved bound ([`InformerStatus::unserved`]); `ensure` leaves it
-    /// stopped, [`Informers::retry_unserved`] starts it afresh. Does nothing after shutdown.
+    /// stopped, [`Informers::retry_unserved`] starts it afresh. Does nothing after shutdown. A scoped
+    /// kind follows the factory's [`NamespaceScope`] (see [`Informers::scoped`]).
     ///
     /// # Panics
     /// Outside a Tokio runtime (it spawns the informer task).
