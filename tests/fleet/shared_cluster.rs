@@ -1,6 +1,7 @@
 //! Fleets that share a cluster: two fleets scoped with `--namespaces` to different namespaces each
 //! reconcile only their own namespace's Deployments, cache nothing else, and leave a namespace no
-//! fleet covers alone.
+//! fleet covers alone; a `--namespace-selector` fleet takes up matching namespaces made after it
+//! started; a scoped fleet's Namespace informer holds only its own Namespaces.
 
 use std::time::Duration;
 
@@ -230,5 +231,47 @@ async fn a_fleet_scoped_by_namespace_selector_takes_up_matching_namespaces_creat
     assert!(
         unselected.items.is_empty(),
         "{other} does not match {selector}, yet it has ReplicaSets"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_scoped_with_namespaces_sees_only_those_namespace_objects_themselves() {
+    // Namespaces are cluster-scoped, but a scoped fleet watches only its own by name, so its
+    // serviceaccount controller serves its namespaces and leaves the others to their own fleets.
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let mine = unique_namespace(&client, "sa-mine").await;
+    let others = unique_namespace(&client, "sa-others").await;
+    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    let _procs = [
+        fleet.coordinator("c0", &["--namespaces", &mine]),
+        fleet.worker(
+            "flotilla",
+            "w0",
+            &["worker", "--controllers", "serviceaccount"],
+        ),
+    ];
+    fleet.wait_for_workers(1, Duration::from_secs(30)).await;
+    let accounts = |ns: &str| {
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns)
+    };
+    wait_for(
+        CONVERGE,
+        &format!("the default ServiceAccount of {mine}"),
+        || async { accounts(&mine).get_opt("default").await.ok().flatten() },
+    )
+    .await;
+    assert_eq!(
+        cached(&fleet, "v1/namespaces").await,
+        1,
+        "the fleet caches its one Namespace, not every Namespace of the cluster"
+    );
+    assert!(
+        accounts(&others)
+            .get_opt("default")
+            .await
+            .unwrap()
+            .is_none(),
+        "{others} is outside the fleet's --namespaces, yet it got a default ServiceAccount"
     );
 }
