@@ -193,7 +193,8 @@ impl Coordinator {
             failed.clone(),
             failure.clone(),
         )));
-        info!(%addr, metrics = %ops.addr(), advertise = %config.advertise_address(), "coordinator started");
+        info!(%addr, metrics = %ops.addr(), advertise = %config.advertise_address(),
+            namespaces = %config.namespaces, "coordinator started");
         Ok(Self {
             addr,
             metrics_addr: ops.addr(),

@@ -99,6 +99,17 @@ impl NamespaceScope {
     }
 }
 
+impl std::fmt::Display for NamespaceScope {
+    /// `*`, the names comma-separated, or `selector(<selector>)`: as logged at start-up.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::All => f.write_str("*"),
+            Self::Names(names) => f.write_str(&names.iter().cloned().collect::<Vec<_>>().join(",")),
+            Self::Selector(selector) => write!(f, "selector({selector})"),
+        }
+    }
+}
+
 /// The namespace an object counts as in for scoping: its own for namespaced objects, its name for a
 /// Namespace, `None` (never scoped) for other cluster-scoped objects.
 pub(crate) fn scoping_namespace(object: &CachedObject) -> Option<&str> {
@@ -121,6 +132,14 @@ mod tests {
 
     fn strings(s: &[&str]) -> Vec<String> {
         s.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_scope_prints_as_the_start_up_log_shows_it() {
+        let scope = |ns: &[&str], sel| NamespaceScope::from_flags(&strings(ns), sel).unwrap();
+        assert_eq!(scope(&[], None).to_string(), "*");
+        assert_eq!(scope(&["b", "a"], None).to_string(), "a,b");
+        assert_eq!(scope(&[], Some("team=a")).to_string(), "selector(team=a)");
     }
 
     #[test]
