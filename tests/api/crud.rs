@@ -93,29 +93,6 @@ fn namespaced_samples(ns: &str) -> Vec<(String, Value)> {
     ]
 }
 
-/// Objects a real cluster's controllers put in every namespace: the serviceaccount controller's
-/// `default` ServiceAccount and the root-CA publisher's `kube-root-ca.crt` ConfigMap. devcluster runs
-/// neither, so there lists hold only what the test made.
-const CLUSTER_MADE: [(&str, &str); 2] = [
-    ("ServiceAccount", "default"),
-    ("ConfigMap", "kube-root-ca.crt"),
-];
-
-/// The items of `list` except those [`CLUSTER_MADE`] names.
-fn test_made(list: &Value) -> Vec<&Value> {
-    let kind = list["kind"].as_str().unwrap_or_default();
-    let kind = kind.strip_suffix("List").unwrap_or(kind);
-    list["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not a list: {list}"))
-        .iter()
-        .filter(|item| {
-            let name = item["metadata"]["name"].as_str().unwrap_or_default();
-            !CLUSTER_MADE.contains(&(kind, name))
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn every_namespaced_builtin_resource_supports_create_get_list_and_delete() {
     let (_cluster, client, ns) = setup("crud-all").await;
@@ -136,7 +113,11 @@ async fn every_namespaced_builtin_resource_supports_create_get_list_and_delete()
             list["kind"].as_str().unwrap_or_default().ends_with("List"),
             "{collection}: {list}"
         );
-        assert_eq!(test_made(&list).len(), 1, "{collection}: {list}");
+        assert_eq!(
+            super::common::test_made(&list).len(),
+            1,
+            "{collection}: {list}"
+        );
         let deleted = raw::delete(&client, &item, None).await;
         assert_eq!(deleted.status, 200, "DELETE {item}: {}", deleted.text);
     }
