@@ -22,6 +22,7 @@ mod fleet {
     mod read_your_writes;
     mod reasons;
     mod rebalance;
+    mod shared_cluster;
     mod term_failures;
     mod worker_loss;
 }

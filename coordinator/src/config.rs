@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::informer::NamespaceScope;
+
 /// Everything a coordinator needs to start.
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
@@ -52,6 +54,10 @@ pub struct CoordinatorConfig {
     /// `--unserved-kind-timeout`: an informer whose kind answers only 404 for this long stops and is
     /// reported in status. Default 1 min: time for a CRD applied with the fleet to be established.
     pub unserved_kind_timeout: Duration,
+    /// `--namespaces` / `--namespace-selector`: the namespaces whose objects the informers cover
+    /// (cluster-scoped kinds stay cluster-wide). Default every namespace, as kube-controller-manager;
+    /// scoped, several fleets share one cluster without touching each other's objects.
+    pub namespaces: NamespaceScope,
 }
 
 impl CoordinatorConfig {
@@ -76,6 +82,7 @@ impl CoordinatorConfig {
             max_controller_concurrency: 10_000,
             controller_retire_after: Duration::from_secs(600),
             unserved_kind_timeout: Duration::from_secs(60),
+            namespaces: NamespaceScope::All,
         }
     }
 
@@ -124,6 +131,20 @@ impl CoordinatorConfig {
             return Err(ConfigError(
                 "--controller-retire-after and --unserved-kind-timeout must be at least 1s".into(),
             ));
+        }
+        if let NamespaceScope::Names(names) = &self.namespaces {
+            for name in names {
+                flotilla_common::validate_label(name).map_err(|reason| {
+                    ConfigError(format!(
+                        "--namespaces: {name:?} is not a valid namespace name: {reason}"
+                    ))
+                })?;
+            }
+            if names.is_empty() {
+                return Err(ConfigError(
+                    "--namespaces needs at least one namespace".into(),
+                ));
+            }
         }
         Ok(())
     }
@@ -184,6 +205,17 @@ mod tests {
         let mut c = CoordinatorConfig::new("f", vec!["e".into()]);
         c.retry_period = c.renew_deadline;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn an_empty_or_malformed_namespace_list_is_refused() {
+        let mut c = CoordinatorConfig::new("f", vec!["e".into()]);
+        c.namespaces = NamespaceScope::Names(Default::default());
+        assert!(c.validate().unwrap_err().0.contains("--namespaces"));
+        c.namespaces = NamespaceScope::Names(["Bad".to_owned()].into());
+        assert!(c.validate().unwrap_err().0.contains("\"Bad\""));
+        c.namespaces = NamespaceScope::Names(["team-a".to_owned()].into());
+        c.validate().unwrap();
     }
 
     #[test]

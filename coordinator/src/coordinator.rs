@@ -110,8 +110,12 @@ impl Coordinator {
         let mut registry = Registry::default();
         let metrics = FleetMetrics::register(&mut registry);
         let queue_metrics = QueueMetricsFamilies::register(&mut registry);
-        let informers =
-            Informers::with_unserved_after(kube, &mut registry, config.unserved_kind_timeout);
+        let informers = Informers::scoped(
+            kube,
+            &mut registry,
+            config.unserved_kind_timeout,
+            config.namespaces.clone(),
+        );
         let registry = Arc::new(Mutex::new(registry));
         let health = Health::new();
         let stop = CancellationToken::new();
@@ -189,7 +193,8 @@ impl Coordinator {
             failed.clone(),
             failure.clone(),
         )));
-        info!(%addr, metrics = %ops.addr(), advertise = %config.advertise_address(), "coordinator started");
+        info!(%addr, metrics = %ops.addr(), advertise = %config.advertise_address(),
+            namespaces = %config.namespaces, "coordinator started");
         Ok(Self {
             addr,
             metrics_addr: ops.addr(),

@@ -24,7 +24,8 @@ pub use config::{ConfigError, CoordinatorConfig, default_identity};
 pub use coordinator::{Coordinator, CoordinatorError};
 pub use fleet::{AccessDenied, CacheAccess};
 pub use informer::{
-    CachedObject, InformerError, InformerEvent, InformerStatus, Informers, OwnerRef, Store,
+    CachedObject, InformerError, InformerEvent, InformerStatus, Informers, NamespaceScope,
+    OwnerRef, ScopeError, Store,
 };
 pub use metrics::FleetMetrics;
 pub use queue::{

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use flotilla_common::{LogFormat, init_logging, shutdown_signal};
-use flotilla_coordinator::{Coordinator, CoordinatorConfig, default_identity};
+use flotilla_coordinator::{
+    Coordinator, CoordinatorConfig, NamespaceScope, ScopeError, default_identity,
+};
 
 use flotilla_common::parse_duration;
 
@@ -67,6 +69,14 @@ pub struct Args {
     /// Stop the informer of a kind the API server answers only 404 for after this long (it shows in status).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub unserved_kind_timeout: Duration,
+    /// Cover only these namespaces (comma-separated): one list+watch per namespace per namespaced kind;
+    /// cluster-scoped kinds stay cluster-wide. Several fleets can so share one cluster.
+    #[arg(long, value_delimiter = ',', conflicts_with = "namespace_selector")]
+    pub namespaces: Vec<String>,
+    /// Cover only namespaces whose labels match this selector (e.g. `team=a`); namespaced kinds are
+    /// watched cluster-wide and filtered on arrival (the API server cannot filter by a namespace's labels).
+    #[arg(long)]
+    pub namespace_selector: Option<String>,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -74,7 +84,10 @@ pub struct Args {
 
 impl Args {
     /// The coordinator configuration these flags describe.
-    pub fn config(&self) -> CoordinatorConfig {
+    ///
+    /// # Errors
+    /// When `--namespaces` or `--namespace-selector` is malformed, or both are given.
+    pub fn config(&self) -> Result<CoordinatorConfig, ScopeError> {
         let mut config = CoordinatorConfig::new(&self.fleet, self.etcd_endpoints.clone());
         config.id = self
             .id
@@ -95,7 +108,9 @@ impl Args {
         config.max_controller_concurrency = self.max_controller_concurrency;
         config.controller_retire_after = self.controller_retire_after;
         config.unserved_kind_timeout = self.unserved_kind_timeout;
-        config
+        config.namespaces =
+            NamespaceScope::from_flags(&self.namespaces, self.namespace_selector.as_deref())?;
+        Ok(config)
     }
 }
 
@@ -103,7 +118,7 @@ impl Args {
 /// an error if its leadership loop stops on its own.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     init_logging(args.log_format);
-    let coordinator = Coordinator::start(args.config()).await?;
+    let coordinator = Coordinator::start(args.config()?).await?;
     let failed = tokio::select! {
         () = shutdown_signal() => None,
         reason = coordinator.failed() => Some(reason),
@@ -114,5 +129,62 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         // Exit non-zero: a coordinator whose leadership loop died must be restarted, not left running.
         Some(reason) => anyhow::bail!("{reason}"),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Result<Cli, clap::Error> {
+        let mut argv = vec!["coordinator", "--etcd-endpoints", "http://e:2379"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv)
+    }
+
+    #[test]
+    fn namespaces_is_a_comma_list() {
+        let config = parse(&["--namespaces", "team-a,team-b"])
+            .unwrap()
+            .args
+            .config()
+            .unwrap();
+        assert_eq!(
+            config.namespaces,
+            NamespaceScope::Names(["team-a".to_owned(), "team-b".to_owned()].into())
+        );
+    }
+
+    #[test]
+    fn without_either_flag_every_namespace_is_covered() {
+        let config = parse(&[]).unwrap().args.config().unwrap();
+        assert!(config.namespaces.is_all());
+    }
+
+    #[test]
+    fn namespaces_and_namespace_selector_are_mutually_exclusive() {
+        let err = parse(&["--namespaces", "a", "--namespace-selector", "team=a"])
+            .err()
+            .expect("clap must refuse both flags");
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
+
+    #[test]
+    fn a_malformed_namespace_selector_is_refused_naming_the_flag() {
+        let err = parse(&["--namespace-selector", "team in (a"])
+            .unwrap()
+            .args
+            .config()
+            .unwrap_err();
+        assert!(err.to_string().contains("--namespace-selector"), "{err}");
     }
 }

@@ -91,12 +91,34 @@ pub fn rv(object: &Value) -> u64 {
         .unwrap_or_else(|| panic!("no numeric metadata.resourceVersion in {object}"))
 }
 
-/// The names of a list's items, sorted.
-pub fn names(list: &Value) -> Vec<String> {
-    let mut names: Vec<String> = list["items"]
+/// Objects a real cluster's controllers put in every namespace: the serviceaccount controller's
+/// `default` ServiceAccount and the root-CA publisher's `kube-root-ca.crt` ConfigMap. devcluster runs
+/// neither, so there lists hold only what the test made.
+pub const CLUSTER_MADE: [(&str, &str); 2] = [
+    ("ServiceAccount", "default"),
+    ("ConfigMap", "kube-root-ca.crt"),
+];
+
+/// The items of `list` except those [`CLUSTER_MADE`] names.
+pub fn test_made(list: &Value) -> Vec<&Value> {
+    let kind = list["kind"].as_str().unwrap_or_default();
+    let kind = kind.strip_suffix("List").unwrap_or(kind);
+    list["items"]
         .as_array()
         .unwrap_or_else(|| panic!("not a list: {list}"))
         .iter()
+        .filter(|item| {
+            let name = item["metadata"]["name"].as_str().unwrap_or_default();
+            !CLUSTER_MADE.contains(&(kind, name))
+        })
+        .collect()
+}
+
+/// The names of a list's items, sorted, without the objects a real cluster makes in every namespace
+/// ([`CLUSTER_MADE`]).
+pub fn names(list: &Value) -> Vec<String> {
+    let mut names: Vec<String> = test_made(list)
+        .into_iter()
         .map(|item| {
             item["metadata"]["name"]
                 .as_str()

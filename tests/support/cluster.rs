@@ -14,6 +14,12 @@ use tempfile::TempDir;
 /// Environment variable naming a kubeconfig: tests then run against that cluster instead of a devcluster.
 pub const KUBECONFIG_ENV: &str = "FLOTILLA_TEST_KUBECONFIG";
 
+/// Whether the tests run against an external cluster (`FLOTILLA_TEST_KUBECONFIG` is set), which other
+/// test processes may share.
+pub fn is_external() -> bool {
+    std::env::var_os(KUBECONFIG_ENV).is_some()
+}
+
 /// Returns from the calling test, saying why, unless the cluster is a devcluster.
 #[macro_export]
 macro_rules! skip_unless_devcluster {

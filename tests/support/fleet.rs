@@ -225,6 +225,19 @@ impl Fleet {
     }
 
     /// Starts `flotilla coordinator` with test timing (lease 3 s).
+    ///
+    /// On a shared cluster (`FLOTILLA_TEST_KUBECONFIG`) the coordinator is scoped to this test's
+    /// namespaces — those [`unique_namespace`](super::namespace::unique_namespace) creates, before or
+    /// after the fleet starts — with `--namespace-selector flotilla.dev/test-scope=<scope>`, unless
+    /// `extra` scopes it already. A selector rather than `--namespaces <list>`, because most tests
+    /// create their namespaces after their fleet is up and a list is fixed at start-up. So tests running
+    /// in parallel on one cluster never reconcile each other's objects. What stays cluster-wide by
+    /// nature: cluster-scoped kinds (Nodes, PersistentVolumes, …) are seen by every test's fleet, so
+    /// a garbage collector still deletes a cluster-scoped dependent whose owners are all gone (it
+    /// decides against the API, so two fleets agree, and a test's cluster-scoped objects should carry
+    /// its random suffix in their names); the namespace and serviceaccount controllers act only on
+    /// the test's own Namespaces, which are scoped by name. On a devcluster (one per test) nothing is
+    /// added.
     pub fn coordinator(&self, id: &str, extra: &[&str]) -> Proc {
         let mut args: Vec<String> = [
             "coordinator",
@@ -253,6 +266,13 @@ impl Fleet {
         args.push("--metrics-listen".into());
         args.push("127.0.0.1:0".into());
         args.extend(extra.iter().map(|s| s.to_string()));
+        let scoped = extra
+            .iter()
+            .any(|a| a.starts_with("--namespaces") || a.starts_with("--namespace-selector"));
+        if super::cluster::is_external() && !scoped {
+            args.push("--namespace-selector".into());
+            args.push(super::namespace::scope_selector());
+        }
         self.spawn(id, &binary("flotilla"), &args)
     }
 

@@ -1,4 +1,5 @@
-//! The shared informer factory: one watch per kind for the whole process, however many controllers need it.
+//! The shared informer factory: one watch per kind for the whole process (one per kind and namespace
+//! under `--namespaces`), however many controllers need it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -6,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use flotilla_common::ResourceKind;
+use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
@@ -14,7 +16,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{InformerEvent, InformerMetrics, InformerState, Store, Subscriber, run_informer};
+use super::namespace_filter::{self, MatchingNamespaces};
+use super::scope::is_scoped_kind;
+use super::{
+    InformerEvent, InformerMetrics, InformerState, NamespaceScope, PartEvents, Store, Subscriber,
+    run_scoped_informer,
+};
 
 /// The process's informers (client-go's SharedInformerFactory); cheap to clone.
 ///
@@ -35,6 +42,10 @@ struct Inner {
     /// Parent of every informer task's token; cancelled by `shutdown` and when the last clone drops.
     cancel: CancellationToken,
     unserved_after: Duration,
+    /// The namespaces the scoped kinds cover.
+    scope: NamespaceScope,
+    /// With a namespace selector, the matching set, kept by a task started with the first informer.
+    matching: Mutex<Option<MatchingNamespaces>>,
 }
 
 struct Running {
@@ -83,6 +94,18 @@ impl Informers {
         metrics: &mut Registry,
         unserved_after: Duration,
     ) -> Self {
+        Self::scoped(client, metrics, unserved_after, NamespaceScope::All)
+    }
+
+    /// As [`Informers::with_unserved_after`], with the namespaced kinds (and Namespaces themselves)
+    /// covering only the namespaces of `scope` (see [`NamespaceScope`]); cluster-scoped kinds stay
+    /// cluster-wide. Every store, and so the Cache service, then holds only in-scope objects.
+    pub fn scoped(
+        client: kube::Client,
+        metrics: &mut Registry,
+        unserved_after: Duration,
+        scope: NamespaceScope,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 client,
@@ -91,6 +114,8 @@ impl Informers {
                 metrics: InformerMetrics::register(metrics),
                 cancel: CancellationToken::new(),
                 unserved_after,
+                scope,
+                matching: Mutex::new(None),
             }),
         }
     }
@@ -100,7 +125,8 @@ impl Informers {
     /// failures with kube-rs's default backoff (0.8 s doubling to 30 s) until [`Informers::shutdown`].
     /// A kind the API server does not serve stays unsynced, and its informer stops once it has
     /// answered only 404 for the unserved bound ([`InformerStatus::unserved`]); `ensure` leaves it
-    /// stopped, [`Informers::retry_unserved`] starts it afresh. Does nothing after shutdown.
+    /// stopped, [`Informers::retry_unserved`] starts it afresh. Does nothing after shutdown. A scoped
+    /// kind follows the factory's [`NamespaceScope`] (see [`Informers::scoped`]).
     ///
     /// # Panics
     /// Outside a Tokio runtime (it spawns the informer task).
@@ -154,13 +180,70 @@ impl Informers {
                 cancel: cancel.clone(),
             },
         );
-        let api: Api<DynamicObject> =
-            Api::all_with(self.inner.client.clone(), &kind.api_resource());
-        // The default config asks for bookmarks and pages lists by 500 like client-go.
-        let events = watcher(api, watcher::Config::default()).default_backoff();
         let span = tracing::info_span!("informer", kind = %kind);
         tracing::info!(%kind, "starting informer");
-        tokio::spawn(run_informer(state, events, cancel).instrument(span));
+        let (parts, matching, make) = self.streams(kind);
+        tokio::spawn(run_scoped_informer(state, parts, matching, make, cancel).instrument(span));
+    }
+
+    /// What the informer of `kind` lists: its parts, the matching-namespace set it filters by, and the
+    /// maker of its (tagged, merged) event streams.
+    fn streams(
+        &self,
+        kind: &ResourceKind,
+    ) -> (
+        Vec<Option<String>>,
+        Option<MatchingNamespaces>,
+        impl FnMut() -> PartEvents + Send + 'static,
+    ) {
+        let client = self.inner.client.clone();
+        let resource = kind.api_resource();
+        let scoped = is_scoped_kind(kind);
+        let namespaced = kind.namespaced;
+        let (parts, matching) = match (&self.inner.scope, scoped) {
+            (NamespaceScope::Names(names), true) => {
+                (names.iter().cloned().map(Some).collect::<Vec<_>>(), None)
+            }
+            (NamespaceScope::Selector(selector), true) => {
+                let mut slot = self.inner.matching.lock();
+                let rx = slot.get_or_insert_with(|| {
+                    namespace_filter::start(
+                        client.clone(),
+                        selector.clone(),
+                        self.inner.cancel.child_token(),
+                    )
+                });
+                (vec![None], Some(rx.clone()))
+            }
+            _ => (vec![None], None),
+        };
+        let listed = parts.clone();
+        let make = move || -> PartEvents {
+            // The default config asks for bookmarks and pages lists by 500 like client-go.
+            let streams = listed.iter().enumerate().map(|(i, part)| {
+                let (api, config): (Api<DynamicObject>, _) = match part {
+                    None => (
+                        Api::all_with(client.clone(), &resource),
+                        watcher::Config::default(),
+                    ),
+                    Some(ns) if namespaced => (
+                        Api::namespaced_with(client.clone(), ns, &resource),
+                        watcher::Config::default(),
+                    ),
+                    // A Namespace of the list: the one object of that name.
+                    Some(ns) => (
+                        Api::all_with(client.clone(), &resource),
+                        watcher::Config::default().fields(&format!("metadata.name={ns}")),
+                    ),
+                };
+                watcher(api, config)
+                    .default_backoff()
+                    .map(move |event| (i, event))
+                    .boxed()
+            });
+            futures::stream::select_all(streams).boxed()
+        };
+        (parts, matching, make)
     }
 
     /// Stops the informer of `kind` and forgets its cache (a retired controller's kind that no other

@@ -101,8 +101,25 @@ impl Store {
     /// Replaces the whole content with a relisted set, atomically, and returns the events that
     /// turn the old content into the new one (see [`relist_diff`]).
     pub(crate) fn replace(&self, relisted: Vec<Arc<CachedObject>>) -> Vec<InformerEvent> {
+        self.replace_where(relisted, |_| true)
+    }
+
+    /// As [`Store::replace`], for one part of the content: only the cached objects for which `part`
+    /// holds are compared with (and may be deleted by) the relisted set, which must hold only such
+    /// objects. How one namespace's relist updates a kind listed per namespace.
+    pub(crate) fn replace_where(
+        &self,
+        relisted: Vec<Arc<CachedObject>>,
+        part: impl Fn(&CachedObject) -> bool,
+    ) -> Vec<InformerEvent> {
         let mut inner = self.inner.write();
-        let events = relist_diff(&inner.objects, relisted);
+        let current: BTreeMap<String, Arc<CachedObject>> = inner
+            .objects
+            .iter()
+            .filter(|(_, o)| part(o))
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect();
+        let events = relist_diff(&current, relisted);
         for event in &events {
             match event {
                 InformerEvent::Applied { new, .. } => {
@@ -115,6 +132,24 @@ impl Store {
             }
         }
         events
+    }
+}
+
+impl Store {
+    /// Removes every object for which `leaving` holds (a namespace that left the fleet's scope) and
+    /// returns them in key order.
+    pub(crate) fn remove_where(
+        &self,
+        leaving: impl Fn(&CachedObject) -> bool,
+    ) -> Vec<Arc<CachedObject>> {
+        let mut inner = self.inner.write();
+        let keys: Vec<String> = inner
+            .objects
+            .iter()
+            .filter(|(_, o)| leaving(o))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.iter().filter_map(|k| inner.remove(k)).collect()
     }
 }
 
@@ -199,6 +234,23 @@ mod tests {
 
     fn names(objects: Vec<Arc<CachedObject>>) -> Vec<String> {
         objects.iter().map(|o| o.key()).collect()
+    }
+
+    #[test]
+    fn a_relist_of_one_namespace_leaves_the_other_namespaces_alone() {
+        let store = Store::default();
+        store.apply(pod("a", "p", 1, None, None));
+        store.apply(pod("b", "p", 2, None, None));
+        let events = store.replace_where(vec![pod("a", "q", 3, None, None)], |o| {
+            o.namespace.as_deref() == Some("a")
+        });
+        assert_eq!(events.len(), 2, "delete a/p, apply a/q");
+        let keys: Vec<String> = store.list().iter().map(|o| o.key()).collect();
+        assert_eq!(keys, ["a/q", "b/p"]);
+        let removed = store.remove_where(|o| o.namespace.as_deref() == Some("b"));
+        assert_eq!(removed.len(), 1);
+        assert!(store.by_namespace("b").is_empty());
+        assert_eq!(store.len(), 1);
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! One kind's informer task: feeds kube-rs watcher events into the kind's store, then tells the subscriber.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use flotilla_common::ResourceKind;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::api::DynamicObject;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
+use super::namespace_filter::MatchingNamespaces;
+use super::scope::scoping_namespace;
 use super::{CachedObject, InformerError, InformerEvent, InformerMetrics, Store, Subscriber};
 
 /// At most this many distinct error messages are remembered for log de-duplication; past it the
@@ -36,40 +39,117 @@ pub(crate) struct InformerState {
 ///
 /// Every change is applied to the store before its event is sent, and events are sent in the
 /// order they were applied. A (re)list is buffered from `Init` to `InitDone` and then replaces
-/// the store in one step, so readers never see a half-listed cache.
+/// the store in one step, so readers never see a half-listed cache. (The factory runs
+/// [`run_scoped_informer`]; this is its one-part form.)
+#[cfg(test)]
 pub(crate) async fn run_informer<S>(state: InformerState, events: S, cancel: CancellationToken)
 where
-    S: Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
+    S: futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>
+        + Send
+        + 'static,
 {
-    let mut events = std::pin::pin!(events);
+    let mut events = Some(events.map(|e| (0, e)).boxed());
+    let make = move || {
+        events
+            .take()
+            .unwrap_or_else(|| futures::stream::pending().boxed())
+    };
+    run_scoped_informer(state, vec![None], None, make, cancel).await;
+}
+
+/// The events of one informer: each tagged with the index of the part (namespace) it belongs to.
+pub(crate) type PartEvents =
+    BoxStream<'static, (usize, Result<watcher::Event<DynamicObject>, watcher::Error>)>;
+
+/// [`run_informer`] for a kind listed in parts and, optionally, filtered by namespace.
+///
+/// `parts[i]` names what the stream's part `i` lists: `None` the whole kind, `Some(ns)` the objects of
+/// namespace `ns` (for a Namespace kind, the Namespace named `ns`). A part's relist replaces only that
+/// part of the store, so each namespace keeps its own resourceVersion and 410 handling. The informer is
+/// synced (and sends `Synced`) once every part has listed.
+///
+/// With `matching` (`--namespace-selector`), the task first waits for the first set of matching
+/// namespaces, then drops every object outside it; when a namespace leaves the set its objects are
+/// deleted (final state unknown), and when one joins the stream is made afresh with `make`, whose
+/// relist brings its objects in. Without it `make` is called once.
+pub(crate) async fn run_scoped_informer(
+    state: InformerState,
+    parts: Vec<Option<String>>,
+    mut matching: Option<MatchingNamespaces>,
+    mut make: impl FnMut() -> PartEvents,
+    cancel: CancellationToken,
+) {
     let mut task = Task {
         state,
-        listing: Vec::new(),
+        listings: vec![Vec::new(); parts.len()],
+        part_synced: vec![false; parts.len()],
+        parts,
+        allowed: None,
         logged_errors: HashSet::new(),
         not_found_since: None,
     };
     loop {
-        let event = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return,
-            event = events.next() => event,
-        };
-        match event {
-            None => return,
-            Some(Ok(event)) => task.handle(event),
-            Some(Err(error)) => {
-                if task.watch_failed(&error) {
-                    return;
+        if let Some(rx) = matching.as_mut() {
+            let first = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return,
+                set = rx.wait_for(Option::is_some) => set.map(|s| s.clone()),
+            };
+            match first {
+                Ok(set) => task.allowed = set,
+                // The namespace task is gone: the factory is shutting down.
+                Err(_) => return,
+            }
+        }
+        let mut events = make();
+        loop {
+            let event = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return,
+                changed = namespaces_changed(&mut matching) => {
+                    let Some(set) = changed else { return };
+                    if task.scope_changed(set) {
+                        break; // a namespace joined: relist
+                    }
+                    continue;
+                }
+                event = events.next() => event,
+            };
+            match event {
+                None => return,
+                Some((part, Ok(event))) => task.handle(part, event),
+                Some((_, Err(error))) => {
+                    if task.watch_failed(&error) {
+                        return;
+                    }
                 }
             }
         }
     }
 }
 
+/// The next set of matching namespaces; pending forever without a selector, `None` when the
+/// namespace task is gone.
+async fn namespaces_changed(
+    matching: &mut Option<MatchingNamespaces>,
+) -> Option<Arc<BTreeSet<String>>> {
+    let Some(rx) = matching.as_mut() else {
+        return std::future::pending().await;
+    };
+    rx.changed().await.ok()?;
+    rx.borrow_and_update().clone()
+}
+
 struct Task {
     state: InformerState,
-    /// Objects of the (re)list in progress.
-    listing: Vec<Arc<CachedObject>>,
+    /// What each part lists (`None`: the whole kind).
+    parts: Vec<Option<String>>,
+    /// Objects of each part's (re)list in progress.
+    listings: Vec<Vec<Arc<CachedObject>>>,
+    /// Which parts have completed a list.
+    part_synced: Vec<bool>,
+    /// With a namespace selector, the namespaces whose objects are kept.
+    allowed: Option<Arc<BTreeSet<String>>>,
     /// Error messages already logged since the last successful list.
     logged_errors: HashSet<String>,
     /// Since when every failure of a never-synced informer has been a 404.
@@ -89,35 +169,89 @@ fn is_not_found(error: &watcher::Error) -> bool {
 }
 
 impl Task {
-    fn handle(&mut self, event: watcher::Event<DynamicObject>) {
+    /// Whether `object` is in the fleet's namespaces (always, without a selector).
+    fn in_scope(&self, object: &CachedObject) -> bool {
+        match (&self.allowed, scoping_namespace(object)) {
+            (Some(allowed), Some(ns)) => allowed.contains(ns),
+            _ => true,
+        }
+    }
+
+    /// Applies a new set of matching namespaces: deletes the objects of those that left (final state
+    /// unknown, as after a relist) and returns whether one joined (the caller then relists).
+    fn scope_changed(&mut self, set: Arc<BTreeSet<String>>) -> bool {
+        let old = self.allowed.replace(set.clone());
+        let joined = old
+            .as_ref()
+            .is_none_or(|old| set.difference(old).next().is_some());
+        let removed = self
+            .state
+            .store
+            .remove_where(|o| scoping_namespace(o).is_some_and(|ns| !set.contains(ns)));
+        for old in removed {
+            self.send(InformerEvent::Deleted {
+                old,
+                final_state_unknown: true,
+            });
+        }
+        if joined {
+            tracing::debug!(kind = %self.state.kind, "a namespace joined the scope; relisting");
+            self.listings.iter_mut().for_each(Vec::clear);
+        }
+        joined
+    }
+
+    fn handle(&mut self, part: usize, event: watcher::Event<DynamicObject>) {
         let kind = self.state.kind.to_string();
+        if part >= self.parts.len() {
+            return;
+        }
         match event {
-            watcher::Event::Init => self.listing.clear(),
+            watcher::Event::Init => self.listings[part].clear(),
             watcher::Event::InitApply(object) => {
-                if let Some(object) = self.parse(object) {
-                    self.listing.push(object);
+                if let Some(object) = self.parse(object)
+                    && self.in_scope(&object)
+                {
+                    self.listings[part].push(object);
                 }
             }
             watcher::Event::InitDone => {
-                let events = self.state.store.replace(std::mem::take(&mut self.listing));
-                self.state.synced.store(true, Ordering::Release);
-                self.logged_errors.clear();
+                let listing = std::mem::take(&mut self.listings[part]);
+                let events = match &self.parts[part] {
+                    None => self.state.store.replace(listing),
+                    Some(ns) => self
+                        .state
+                        .store
+                        .replace_where(listing, |o| scoping_namespace(o) == Some(ns.as_str())),
+                };
+                self.part_synced[part] = true;
+                let all_synced = self.part_synced.iter().all(|s| *s);
+                if all_synced {
+                    self.state.synced.store(true, Ordering::Release);
+                    self.logged_errors.clear();
+                }
                 for event in events {
                     self.send(event);
                 }
-                self.send(InformerEvent::Synced {
-                    kind: self.state.kind.clone(),
-                });
-                tracing::debug!(%kind, objects = self.state.store.len(), "informer synced");
+                if all_synced {
+                    self.send(InformerEvent::Synced {
+                        kind: self.state.kind.clone(),
+                    });
+                    tracing::debug!(%kind, objects = self.state.store.len(), "informer synced");
+                }
             }
             watcher::Event::Apply(object) => {
-                if let Some(new) = self.parse(object) {
+                if let Some(new) = self.parse(object)
+                    && self.in_scope(&new)
+                {
                     let old = self.state.store.apply(new.clone());
                     self.send(InformerEvent::Applied { old, new });
                 }
             }
             watcher::Event::Delete(object) => {
-                if let Some(old) = self.parse(object) {
+                if let Some(old) = self.parse(object)
+                    && self.in_scope(&old)
+                {
                     self.state.store.delete(&old.key());
                     self.send(InformerEvent::Deleted {
                         old,
@@ -409,6 +543,117 @@ mod tests {
             (Duration::from_secs(10)..Duration::from_secs(16)).contains(&took),
             "{took:?}"
         );
+    }
+
+    async fn next(rx: &mut mpsc::UnboundedReceiver<InformerEvent>) -> String {
+        let event = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("an informer event within 5 s")
+            .expect("the channel is open");
+        describe(&event)
+    }
+
+    fn pod_in(ns: &str, name: &str, rv: u64) -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": ns, "uid": format!("uid-{ns}-{name}"), "resourceVersion": rv.to_string()}}))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_kind_listed_per_namespace_syncs_when_every_namespace_listed_and_relists_each_alone()
+    {
+        let (state, mut rx) = state();
+        let store = state.store.clone();
+        let synced = state.synced.clone();
+        let events: Vec<(usize, Result<watcher::Event<DynamicObject>, watcher::Error>)> = vec![
+            (0, Ok(watcher::Event::Init)),
+            (0, Ok(watcher::Event::InitApply(pod_in("a", "x", 1)))),
+            (0, Ok(watcher::Event::InitDone)),
+            (1, Ok(watcher::Event::Init)),
+            (1, Ok(watcher::Event::InitApply(pod_in("b", "y", 2)))),
+            (1, Ok(watcher::Event::InitDone)),
+            // Namespace a's watch expires; its relist finds x gone and must not touch b.
+            (0, Err(gone())),
+            (0, Ok(watcher::Event::Init)),
+            (0, Ok(watcher::Event::InitDone)),
+        ];
+        let mut events = Some(futures::stream::iter(events).boxed());
+        let make = move || {
+            events
+                .take()
+                .unwrap_or_else(|| futures::stream::pending().boxed())
+        };
+        run_scoped_informer(
+            state,
+            vec![Some("a".into()), Some("b".into())],
+            None,
+            make,
+            CancellationToken::new(),
+        )
+        .await;
+        assert!(synced.load(Ordering::Acquire));
+        assert_eq!(
+            drain(&mut rx),
+            [
+                "applied a/x@1 old=None",
+                "applied b/y@2 old=None",
+                "synced v1/pods",
+                "deleted a/x unknown=true",
+                "synced v1/pods",
+            ],
+            "synced only once both namespaces listed"
+        );
+        assert_eq!(
+            store.list().iter().map(|o| o.key()).collect::<Vec<_>>(),
+            ["b/y"]
+        );
+    }
+
+    #[tokio::test]
+    async fn with_a_namespace_selector_only_matching_namespaces_are_cached_and_scope_changes_apply()
+    {
+        let (state, mut rx) = state();
+        let store = state.store.clone();
+        let (scope_tx, scope_rx) = tokio::sync::watch::channel(None);
+        let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let make = {
+            let made = made.clone();
+            move || {
+                made.fetch_add(1, Ordering::SeqCst);
+                let listing: Vec<(usize, Result<watcher::Event<DynamicObject>, watcher::Error>)> = vec![
+                    (0, Ok(watcher::Event::Init)),
+                    (0, Ok(watcher::Event::InitApply(pod_in("a", "x", 1)))),
+                    (0, Ok(watcher::Event::InitApply(pod_in("b", "y", 2)))),
+                    (0, Ok(watcher::Event::InitDone)),
+                ];
+                futures::stream::iter(listing)
+                    .chain(futures::stream::pending())
+                    .boxed()
+            }
+        };
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run_scoped_informer(
+            state,
+            vec![None],
+            Some(scope_rx),
+            make,
+            cancel.clone(),
+        ));
+        scope_tx.send_replace(Some(Arc::new(BTreeSet::from(["a".to_owned()]))));
+        assert_eq!(next(&mut rx).await, "applied a/x@1 old=None");
+        assert_eq!(next(&mut rx).await, "synced v1/pods");
+        // a leaves the scope: its objects go; b joins: the informer relists and takes b's.
+        scope_tx.send_replace(Some(Arc::new(BTreeSet::from(["b".to_owned()]))));
+        assert_eq!(next(&mut rx).await, "deleted a/x unknown=true");
+        assert_eq!(next(&mut rx).await, "applied b/y@2 old=None");
+        assert_eq!(next(&mut rx).await, "synced v1/pods");
+        assert_eq!(made.load(Ordering::SeqCst), 2, "one relist when b joined");
+        assert_eq!(
+            store.list().iter().map(|o| o.key()).collect::<Vec<_>>(),
+            ["b/y"]
+        );
+        cancel.cancel();
+        task.await.unwrap();
     }
 
     #[tokio::test]
