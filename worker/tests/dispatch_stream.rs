@@ -628,3 +628,79 @@ async fn a_reconcile_reads_typed_objects_from_the_leaders_cache() {
     );
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_controller_has_its_own_api_budget_as_in_kube_controller_manager() {
+    let mut fleet = fleet("budgets").await;
+    let cluster = DevCluster::start(DevClusterConfig {
+        etcd_endpoints: fleet.endpoints.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut config = config(&fleet, "budgets");
+    config.kube = kube::Config::from_custom_kubeconfig(cluster.kubeconfig(), &Default::default())
+        .await
+        .unwrap();
+    // One token every 2 s, none saved up beyond one.
+    config.kube_api_qps = 0.5;
+    config.kube_api_burst = 1;
+    // `hungry` queues 20 reads at once (each takes its token when first polled), then says so: on a
+    // shared budget any later read would wait ~40 s behind them.
+    let queued = Arc::new(tokio::sync::Notify::new());
+    let hungry = Controller::<ConfigMap>::new("hungry").reconcile({
+        let queued = queued.clone();
+        move |_request: Request<ConfigMap>, ctx: Context| {
+            let queued = queued.clone();
+            async move {
+                let api: kube::Api<ConfigMap> = kube::Api::namespaced(ctx.client(), "default");
+                let params = kube::api::ListParams::default();
+                let mut reads = std::pin::pin!(futures::future::try_join_all(
+                    (0..20).map(|_| api.list(&params))
+                ));
+                if let std::task::Poll::Ready(result) = futures::poll!(reads.as_mut()) {
+                    result?;
+                }
+                queued.notify_one();
+                reads.await?;
+                Ok::<_, kube::Error>(Action::await_change())
+            }
+        }
+    });
+    let light = Controller::<ConfigMap>::new("light").reconcile(
+        |_request: Request<ConfigMap>, ctx: Context| async move {
+            let api: kube::Api<ConfigMap> = kube::Api::namespaced(ctx.client(), "default");
+            api.list(&kube::api::ListParams::default()).await?;
+            Ok::<_, kube::Error>(Action::await_change())
+        },
+    );
+    let worker = Worker::start(config, vec![hungry.into(), light.into()])
+        .await
+        .unwrap();
+    let (mut stream, out) = next_stream(&mut fleet).await;
+    hello(&mut stream).await;
+    welcome(&out, fleet.term).await;
+    let term = fleet.term;
+    assign(&out, vec![item(1, term, "hungry", "default/h", "")]).await;
+    tokio::time::timeout(WAIT, queued.notified())
+        .await
+        .expect("`hungry` never queued its reads");
+    assign(&out, vec![item(2, term, "light", "default/l", "")]).await;
+    let light_done = async {
+        loop {
+            if let In::Done(batch) = next_message(&mut stream).await
+                && batch.items.iter().any(|d| d.item_id == 2)
+            {
+                return batch.items.into_iter().find(|d| d.item_id == 2).unwrap();
+            }
+        }
+    };
+    let done = tokio::time::timeout(Duration::from_secs(10), light_done)
+        .await
+        .expect(
+            "`light` waited behind `hungry`'s requests: the budget is shared, not per controller",
+        );
+    assert_eq!(done.outcome(), proto::Outcome::Success, "{}", done.error);
+    worker.shutdown().await;
+    cluster.shutdown().await;
+}

@@ -24,10 +24,11 @@ pub struct WorkerConfig {
     pub etcd_endpoints: Vec<String>,
     /// How reconciles reach the Kubernetes API.
     pub kube: kube::Config,
-    /// Requests per second to the Kubernetes API, shared by all reconciles of this worker. Default 20,
-    /// kube-controller-manager's `--kube-api-qps`; 0 means unlimited.
+    /// Requests per second to the Kubernetes API of each controller of this worker, shared by that
+    /// controller's reconciles: kube-controller-manager's `--kube-api-qps`, which also applies per
+    /// controller. Default 20, as there; 0 means unlimited.
     pub kube_api_qps: f32,
-    /// Requests the limiter lets through at once after a quiet period. Default 30, like
+    /// Requests each controller's limiter lets through at once after a quiet period. Default 30, like
     /// kube-controller-manager's `--kube-api-burst`.
     pub kube_api_burst: u32,
     /// The worker's etcd lease (default TTL 5 s, renewed every second).

@@ -26,10 +26,11 @@ pub struct WorkerFlags {
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(long, default_value = "0.0.0.0:10258")]
     pub metrics_listen: SocketAddr,
-    /// Kubernetes API requests per second of this worker, shared by all its reconciles (0 = unlimited).
+    /// Kubernetes API requests per second of each controller in this worker, as kube-controller-manager's
+    /// flag means (0 = unlimited).
     #[arg(long, default_value_t = 20.0)]
     pub kube_api_qps: f32,
-    /// Kubernetes API burst of this worker.
+    /// Kubernetes API burst of each controller in this worker.
     #[arg(long, default_value_t = 30)]
     pub kube_api_burst: u32,
     /// This worker's identity in the fleet (default: hostname plus a random suffix).

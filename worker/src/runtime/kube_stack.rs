@@ -1,6 +1,8 @@
-//! The worker's Kubernetes HTTP stack, built once: a shared hyper client with kube's TLS, base URI,
-//! auth and header layers, behind the request counter and the per-worker rate limiter. Each reconcile
-//! gets its own `kube::Client` over a clone of it, with the write-recording layer on top.
+//! The worker's Kubernetes HTTP stack, built once: a shared hyper client (one connection pool) with
+//! kube's TLS, base URI, auth and header layers, behind the request counter. Each controller gets its
+//! own rate limiter over it, as kube-controller-manager gives each controller its own client with
+//! `--kube-api-qps` / `--kube-api-burst`; each reconcile gets its own `kube::Client` over its
+//! controller's stack, with the write-recording layer on top.
 
 use std::sync::Arc;
 
@@ -31,7 +33,7 @@ pub enum KubeStackError {
     Config(#[source] kube::Error),
 }
 
-/// The shared stack; cheap to clone.
+/// The shared stack, or one controller's rate-limited view of it; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct KubeStack {
     base: BaseService,
@@ -40,14 +42,13 @@ pub(crate) struct KubeStack {
 }
 
 impl KubeStack {
-    /// Builds the stack from `config`, rate limited by `bucket`, counting every request it sends into
-    /// `requests`.
+    /// Builds the stack from `config`, counting every request it sends into `requests`. It has no rate
+    /// limit of its own: see [`KubeStack::rate_limited`].
     ///
     /// # Errors
     /// [`KubeStackError::Config`] when TLS or auth cannot be set up from the configuration.
     pub(crate) fn new(
         config: &kube::Config,
-        bucket: Arc<TokenBucket>,
         kinds: KindTable,
         requests: RequestCounter,
     ) -> Result<Self, KubeStackError> {
@@ -60,8 +61,7 @@ impl KubeStack {
         let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
             hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
         let service = ServiceBuilder::new()
-            .layer(RateLimitLayer::new(bucket))
-            // Below the limiter, so a request is counted when it is sent, not while it waits.
+            // Below every limiter, so a request is counted when it is sent, not while it waits.
             .layer(RequestCountLayer::new(requests))
             .layer(config.base_uri_layer())
             .option_layer(config.auth_layer().map_err(KubeStackError::Config)?)
@@ -80,6 +80,19 @@ impl KubeStack {
             default_namespace: config.default_namespace.clone(),
             kinds: Arc::new(kinds),
         })
+    }
+
+    /// This stack behind `bucket`: every request waits for a token first. The connection pool and the
+    /// request counter stay shared.
+    pub(crate) fn rate_limited(&self, bucket: Arc<TokenBucket>) -> Self {
+        let service = ServiceBuilder::new()
+            .layer(RateLimitLayer::new(bucket))
+            .service(self.base.clone());
+        Self {
+            base: BoxCloneSyncService::new(service),
+            default_namespace: self.default_namespace.clone(),
+            kinds: self.kinds.clone(),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! The per-worker Kubernetes API rate limiter (`--kube-api-qps` / `--kube-api-burst`): one token bucket
-//! shared by every reconcile of the worker, as a tower layer that waits for a token rather than failing.
+//! The Kubernetes API rate limiter (`--kube-api-qps` / `--kube-api-burst`): one token bucket per
+//! controller of the worker, shared by that controller's reconciles, as a tower layer that waits for a
+//! token rather than failing.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -53,7 +54,7 @@ impl TokenBucket {
     }
 }
 
-/// Wraps a service so every request first takes a token from the shared bucket.
+/// Wraps a service so every request first takes a token from the bucket.
 #[derive(Clone)]
 pub(crate) struct RateLimitLayer {
     bucket: Arc<TokenBucket>,

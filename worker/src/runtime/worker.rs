@@ -68,7 +68,6 @@ impl Worker {
         let etcd = connect_etcd(&config.etcd_endpoints)
             .await
             .map_err(WorkerError::Etcd)?;
-        let bucket = Arc::new(TokenBucket::new(config.kube_api_qps, config.kube_api_burst));
         let kinds = KindTable::new(
             controllers
                 .iter()
@@ -76,22 +75,20 @@ impl Worker {
         );
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let kube: Arc<dyn KubeClients> = Arc::new(KubeStack::new(
-            &config.kube,
-            bucket,
-            kinds,
-            metrics.api_requests(),
-        )?);
+        let kube = KubeStack::new(&config.kube, kinds, metrics.api_requests())?;
         let worker_id: Arc<str> = Arc::from(config.worker_id.as_str());
         let cache = CacheSlot::default();
         let controllers = controllers
             .into_iter()
             .map(|controller| {
                 let name = controller.name().to_owned();
+                // Each controller its own budget, as each of kube-controller-manager's has its own client.
+                let bucket = TokenBucket::new(config.kube_api_qps, config.kube_api_burst);
+                let clients: Arc<dyn KubeClients> = Arc::new(kube.rate_limited(Arc::new(bucket)));
                 let env = Arc::new(ControllerEnv::new(
                     &worker_id,
                     &name,
-                    kube.clone(),
+                    clients,
                     cache.clone(),
                 ));
                 let slot = ControllerSlot {
