@@ -114,6 +114,8 @@ struct RunResult {
     requests: f64,
     /// The same, by HTTP method.
     requests_by_method: BTreeMap<String, f64>,
+    /// The same, by Kubernetes verb and resource (`create pods`, `update deployments/status`).
+    requests_by_verb: BTreeMap<String, f64>,
     /// Requests that did not get a 2xx answer (conflicts, errors), summed over the workers.
     requests_not_2xx: f64,
     coordinator_peak_rss_mib: f64,
@@ -148,6 +150,9 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                 result.coordinator_peak_rss_mib,
                 result.worker_peak_rss_mib
             );
+            for (verb, n) in &result.requests_by_verb {
+                eprintln!("    {verb}: {:.2}/Deployment", n / args.deployments as f64);
+            }
             runs.push(result);
         }
         let med = |f: &dyn Fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
@@ -277,6 +282,7 @@ async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<R
 
     // Counters and memory are read before anything stops, so they describe the rollout.
     let mut requests_by_method = BTreeMap::new();
+    let mut requests_by_verb = BTreeMap::new();
     let mut requests_not_2xx = 0.0;
     let mut worker_peak_rss_mib = Vec::new();
     for worker in fleet.workers() {
@@ -294,6 +300,18 @@ async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<R
                 requests_not_2xx += value;
             }
         }
+        for (labels, value) in samples(&text, "flotilla_kube_requests_total") {
+            let label = |name: &str| {
+                labels
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or("", |(_, v)| v.as_str())
+                    .to_owned()
+            };
+            *requests_by_verb
+                .entry(format!("{} {}", label("verb"), label("resource")))
+                .or_insert(0.0) += value;
+        }
         worker_peak_rss_mib.push(peak_rss_mib(worker)?);
     }
     Ok(RunResult {
@@ -301,6 +319,7 @@ async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<R
         create_seconds,
         requests: requests_by_method.values().sum(),
         requests_by_method,
+        requests_by_verb,
         requests_not_2xx,
         coordinator_peak_rss_mib: peak_rss_mib(fleet.coordinator())?,
         worker_peak_rss_mib,

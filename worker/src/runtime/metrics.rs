@@ -91,7 +91,13 @@ impl Metrics {
             // client-go's name (`_total` is appended), so kube-controller-manager dashboards apply.
             "rest_client_requests",
             "Kubernetes API requests sent, by method and status code (<error>: no response)",
-            metrics.api_requests.clone(),
+            metrics.api_requests.by_method.clone(),
+        );
+        registry.register(
+            "flotilla_kube_requests",
+            "Kubernetes API requests sent, by verb, resource (with subresource) and status code, as \
+             kube-apiserver's apiserver_request_total labels them",
+            metrics.api_requests.by_verb.clone(),
         );
         metrics
     }

@@ -1,6 +1,8 @@
 //! Counts the worker's Kubernetes API requests by method and response code, under client-go's name
 //! `rest_client_requests_total`, so a fleet's request budget can be read off `/metrics` and compared
-//! with kube-controller-manager's.
+//! with kube-controller-manager's; and by Kubernetes verb, resource and code
+//! (`flotilla_kube_requests_total`, labelled as kube-apiserver's `apiserver_request_total`), to see
+//! which requests a rollout spends.
 //!
 //! The layer sits below the rate limiter: it counts requests that were sent, not requests that wait
 //! for a token. A request is counted once, when its response head (or its error) arrives — a watch
@@ -19,6 +21,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tower::{Layer, Service};
 
+use super::api_verb::verb_and_resource;
+
 /// Labels of `rest_client_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
@@ -28,8 +32,25 @@ pub(crate) struct RequestLabels {
     method: String,
 }
 
-/// The counter family; cheap to clone, clones count into the same series.
-pub(crate) type RequestCounter = Family<RequestLabels, Counter>;
+/// Labels of `flotilla_kube_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct VerbLabels {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection` or `other`.
+    verb: String,
+    /// The resource, with its subresource: `pods`, `deployments/status`.
+    resource: String,
+    /// The HTTP status code as digits, or `<error>`.
+    code: String,
+}
+
+/// The two counter families; cheap to clone, clones count into the same series.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RequestCounter {
+    /// `rest_client_requests_total`.
+    pub(crate) by_method: Family<RequestLabels, Counter>,
+    /// `flotilla_kube_requests_total`.
+    pub(crate) by_verb: Family<VerbLabels, Counter>,
+}
 
 /// The `code` label of a request that ended without a response.
 const ERROR_CODE: &str = "<error>";
@@ -79,6 +100,7 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let method = request.method().as_str().to_owned();
+        let (verb, resource) = verb_and_resource(request.method(), request.uri());
         let requests = self.requests.clone();
         let response = self.inner.call(request);
         Box::pin(async move {
@@ -88,6 +110,15 @@ where
                 Err(_) => ERROR_CODE.to_owned(),
             };
             requests
+                .by_verb
+                .get_or_create(&VerbLabels {
+                    verb: verb.to_owned(),
+                    resource,
+                    code: code.clone(),
+                })
+                .inc();
+            requests
+                .by_method
                 .get_or_create(&RequestLabels { code, method })
                 .inc();
             result
@@ -122,6 +153,7 @@ mod tests {
 
     fn count(requests: &RequestCounter, method: &str, code: &str) -> u64 {
         requests
+            .by_method
             .get_or_create(&RequestLabels {
                 code: code.to_owned(),
                 method: method.to_owned(),
@@ -147,13 +179,47 @@ mod tests {
         assert_eq!(count(&requests, "POST", "409"), 1);
         assert_eq!(count(&requests, "DELETE", "<error>"), 1);
         assert_eq!(count(&requests, "POST", "200"), 0);
+        let by_verb = |verb: &str, code: &str| {
+            requests
+                .by_verb
+                .get_or_create(&VerbLabels {
+                    verb: verb.to_owned(),
+                    resource: String::new(),
+                    code: code.to_owned(),
+                })
+                .get()
+        };
+        assert_eq!(by_verb("other", "200"), 3, "no path: no verb, no resource");
+        assert_eq!(by_verb("other", "409"), 1);
+    }
+
+    #[tokio::test]
+    async fn requests_are_counted_by_verb_and_resource() {
+        let requests = RequestCounter::default();
+        let service = RequestCountLayer::new(requests.clone()).layer(api());
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri("/apis/apps/v1/namespaces/ns/replicasets/web")
+            .body(())
+            .unwrap();
+        service.oneshot(request).await.unwrap();
+        let labels = VerbLabels {
+            verb: "get".into(),
+            resource: "replicasets".into(),
+            code: "200".into(),
+        };
+        assert_eq!(requests.by_verb.get_or_create(&labels).get(), 1);
     }
 
     #[tokio::test]
     async fn the_counter_is_exposed_under_client_go_s_name() {
         let mut registry = prometheus_client::registry::Registry::default();
         let requests = RequestCounter::default();
-        registry.register("rest_client_requests", "requests", requests.clone());
+        registry.register(
+            "rest_client_requests",
+            "requests",
+            requests.by_method.clone(),
+        );
         let service = RequestCountLayer::new(requests).layer(api());
         let request = Request::builder().method(Method::GET).body(()).unwrap();
         service.oneshot(request).await.unwrap();
