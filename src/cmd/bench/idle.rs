@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::local_fleet::{FleetShape, LocalFleet};
 use super::process_stats::cpu_seconds;
-use super::rollout::{NAMESPACE, create_deployments, rolled_out_count};
+use super::rollout::{Goal, NAMESPACE, create_deployments, rolled_out_count};
 use super::{median, write_json};
 
 /// Replicas of each Deployment of the small rollout.
@@ -125,7 +125,7 @@ async fn one_run(args: &IdleArgs, fleet: &mut LocalFleet) -> anyhow::Result<RunR
     let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), NAMESPACE);
     create_deployments(&deployments, args.deployments, REPLICAS).await?;
     let deadline = Instant::now() + Duration::from_secs(120);
-    while rolled_out_count(&deployments, REPLICAS).await < args.deployments {
+    while rolled_out_count(&deployments, REPLICAS, Goal::Available).await < args.deployments {
         fleet.check_running()?;
         if Instant::now() > deadline {
             bail!(

@@ -1,7 +1,10 @@
-//! `flotilla bench rollout`: a whole fleet of real processes — devcluster with simulated nodes, one
-//! coordinator, N workers running the built-in `deployment` and `replicaset` controllers — rolls out
-//! many Deployments at once. Reports the time until every Deployment is Available, the API requests
-//! the workers made (their `rest_client_requests_total`) and the peak RSS of coordinator and workers.
+//! `flotilla bench rollout`: a whole fleet of real processes — devcluster (optionally with simulated
+//! nodes), one coordinator, N workers running the built-in `deployment` and `replicaset` controllers —
+//! rolls out many Deployments at once. Reports the time until every Deployment has all its replicas
+//! updated (`--until updated`, the default: no nodes needed, the workload kube-controller-manager was
+//! measured on) or Available (`--until available`, with simulated nodes), the API requests the
+//! workers made (their `rest_client_requests_total`, and by verb and resource) and the peak RSS of
+//! coordinator and workers.
 //!
 //! Every run gets a fresh etcd, devcluster and fleet, so no run inherits another's objects, history
 //! or warm caches.
@@ -18,7 +21,7 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 use super::local_fleet::{self, LocalFleet};
-use super::process_stats::{fetch_metrics, peak_rss_mib, samples};
+use super::process_stats::{cpu_seconds, fetch_metrics, peak_rss_mib, samples};
 use super::{median, write_json};
 
 /// The namespace the Deployments are created in.
@@ -57,15 +60,29 @@ pub struct RolloutArgs {
     /// --concurrent-replicaset-syncs of every worker (kube-controller-manager's default: 5).
     #[arg(long, default_value_t = 5)]
     concurrent_replicaset_syncs: u32,
-    /// Simulated nodes in the devcluster (each takes up to 1000 pods).
-    #[arg(long, default_value_t = 20)]
+    /// Simulated nodes in the devcluster (each takes up to 1000 pods); `--until available` needs them.
+    #[arg(long, default_value_t = 0)]
     nodes: usize,
+    /// When a Deployment counts as rolled out.
+    #[arg(long, value_enum, default_value_t = Goal::Updated)]
+    until: Goal,
     /// Give up on a run when the Deployments are not all Available within this long.
     #[arg(long, default_value = "20m", value_parser = flotilla_common::parse_duration)]
     timeout: Duration,
     /// Where to write the JSON result.
     #[arg(long, default_value = "benchmarks/rollout.json")]
     output: PathBuf,
+}
+
+/// When a Deployment counts as rolled out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Goal {
+    /// Its controller observed it and every replica is updated: all pods of the new ReplicaSet exist.
+    Updated,
+    /// As `updated`, and every replica is available and the Available condition is True (pods must
+    /// run, so the devcluster needs simulated nodes).
+    Available,
 }
 
 /// One fleet configuration: how many workers, each with which client rate limit.
@@ -121,10 +138,17 @@ struct RunResult {
     coordinator_peak_rss_mib: f64,
     worker_peak_rss_mib: Vec<f64>,
     devcluster_peak_rss_mib: f64,
+    /// CPU seconds (user + system) from the first create to the last Deployment rolled out.
+    coordinator_cpu_seconds: f64,
+    worker_cpu_seconds: Vec<f64>,
+    devcluster_cpu_seconds: f64,
 }
 
 /// Runs `flotilla bench rollout`.
 pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
+    if args.until == Goal::Available && args.nodes == 0 {
+        bail!("--until available needs pods that run: give --nodes");
+    }
     let flotilla = std::env::current_exe()?;
     let mut report = Vec::new();
     for shape in &args.configs {
@@ -139,7 +163,7 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                     )
                 })?;
             eprintln!(
-                "workers={} qps={}/{} run={run}: all Available in {:.1}s (created in {:.1}s), {:.0} requests ({:.1}/Deployment), peak RSS coordinator {:.0} MiB, workers {:?} MiB",
+                "workers={} qps={}/{} run={run}: all rolled out in {:.1}s (created in {:.1}s), {:.0} requests ({:.1}/Deployment), CPU coordinator {:.1}s workers {:.1?}s devcluster {:.1}s, peak RSS coordinator {:.0} MiB, workers {:?} MiB",
                 shape.workers,
                 shape.qps,
                 shape.burst,
@@ -147,6 +171,9 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                 result.create_seconds,
                 result.requests,
                 result.requests / args.deployments as f64,
+                result.coordinator_cpu_seconds,
+                result.worker_cpu_seconds,
+                result.devcluster_cpu_seconds,
                 result.coordinator_peak_rss_mib,
                 result.worker_peak_rss_mib
             );
@@ -173,6 +200,9 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                 "coordinator_peak_rss_mib": med(&|r| r.coordinator_peak_rss_mib),
                 "worker_peak_rss_mib_max": med(&|r| r.worker_peak_rss_mib.iter().copied().fold(0.0, f64::max)),
                 "devcluster_peak_rss_mib": med(&|r| r.devcluster_peak_rss_mib),
+                "fleet_cpu_seconds": med(&|r| r.coordinator_cpu_seconds + r.worker_cpu_seconds.iter().sum::<f64>()),
+                "coordinator_cpu_seconds": med(&|r| r.coordinator_cpu_seconds),
+                "devcluster_cpu_seconds": med(&|r| r.devcluster_cpu_seconds),
             }
         }));
     }
@@ -181,20 +211,21 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "deployments": args.deployments,
         "replicas": args.replicas,
         "nodes": args.nodes,
+        "until": args.until,
         "concurrent_deployment_syncs": args.concurrent_deployment_syncs,
         "concurrent_replicaset_syncs": args.concurrent_replicaset_syncs,
         "results": report,
     });
     write_json(&args.output, &result)?;
     println!(
-        "| workers | qps / burst | runs | all Available s (median) | API requests | requests / Deployment | requests/s | coordinator peak RSS MiB | worker peak RSS MiB (largest) |"
+        "| workers | qps / burst | runs | all rolled out s (median) | API requests | requests / Deployment | requests/s | fleet CPU s | coordinator peak RSS MiB | worker peak RSS MiB (largest) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in result["results"].as_array().into_iter().flatten() {
         let m = &r["median"];
         let f = |key: &str| m[key].as_f64().unwrap_or(f64::NAN);
         println!(
-            "| {} | {} / {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} | {:.0} |",
+            "| {} | {} / {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} |",
             r["workers"],
             r["kube_api_qps"],
             r["kube_api_burst"],
@@ -203,6 +234,7 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             f("requests"),
             f("requests_per_deployment"),
             f("requests_per_second"),
+            f("fleet_cpu_seconds"),
             f("coordinator_peak_rss_mib"),
             f("worker_peak_rss_mib_max"),
         );
@@ -251,19 +283,20 @@ async fn one_run(
 async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<RunResult> {
     // The clock starts at the first create: from then on the controllers may see work.
     let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), NAMESPACE);
+    let cpu_before = cpu_of(fleet)?;
     let start = Instant::now();
     create_deployments(&deployments, args.deployments, args.replicas).await?;
     let create_seconds = start.elapsed().as_secs_f64();
 
     let mut last_report = Instant::now();
     let seconds = loop {
-        let available = rolled_out_count(&deployments, args.replicas).await;
+        let available = rolled_out_count(&deployments, args.replicas, args.until).await;
         if available == args.deployments {
             break start.elapsed().as_secs_f64();
         }
         if start.elapsed() > args.timeout {
             bail!(
-                "only {available} of {} Deployments were Available after {:?}",
+                "only {available} of {} Deployments were rolled out after {:?}",
                 args.deployments,
                 args.timeout
             );
@@ -271,7 +304,7 @@ async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<R
         fleet.check_running()?;
         if last_report.elapsed() >= Duration::from_secs(10) {
             eprintln!(
-                "  {available}/{} Available after {:.0}s",
+                "  {available}/{} rolled out after {:.0}s",
                 args.deployments,
                 start.elapsed().as_secs_f64()
             );
@@ -280,7 +313,13 @@ async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<R
         tokio::time::sleep(POLL_INTERVAL).await;
     };
 
-    // Counters and memory are read before anything stops, so they describe the rollout.
+    // CPU, counters and memory are read before anything stops, so they describe the rollout.
+    let cpu_after = cpu_of(fleet)?;
+    let cpu: Vec<f64> = cpu_after
+        .iter()
+        .zip(&cpu_before)
+        .map(|(a, b)| a - b)
+        .collect();
     let mut requests_by_method = BTreeMap::new();
     let mut requests_by_verb = BTreeMap::new();
     let mut requests_not_2xx = 0.0;
@@ -324,7 +363,19 @@ async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<R
         coordinator_peak_rss_mib: peak_rss_mib(fleet.coordinator())?,
         worker_peak_rss_mib,
         devcluster_peak_rss_mib: peak_rss_mib(fleet.devcluster())?,
+        devcluster_cpu_seconds: cpu[0],
+        coordinator_cpu_seconds: cpu[1],
+        worker_cpu_seconds: cpu[2..].to_vec(),
     })
+}
+
+/// CPU seconds so far of the devcluster, the coordinator and each worker, in that order.
+fn cpu_of(fleet: &LocalFleet) -> anyhow::Result<Vec<f64>> {
+    [fleet.devcluster(), fleet.coordinator()]
+        .into_iter()
+        .chain(fleet.workers())
+        .map(cpu_seconds)
+        .collect()
 }
 
 /// Creates Deployments `roll-0` … `roll-{n-1}` of `replicas` replicas, [`CREATE_CONCURRENCY`] at once.
@@ -350,12 +401,16 @@ pub(super) async fn create_deployments(
 }
 
 /// How many of the Deployments are rolled out (0 when they cannot be listed, which is logged).
-pub(super) async fn rolled_out_count(deployments: &Api<Deployment>, replicas: i32) -> usize {
+pub(super) async fn rolled_out_count(
+    deployments: &Api<Deployment>,
+    replicas: i32,
+    goal: Goal,
+) -> usize {
     match deployments.list(&ListParams::default()).await {
         Ok(list) => list
             .items
             .iter()
-            .filter(|d| rolled_out(d, replicas))
+            .filter(|d| rolled_out(d, replicas, goal))
             .count(),
         Err(err) => {
             tracing::warn!(error = %err, "cannot list the Deployments; retrying");
@@ -388,8 +443,9 @@ fn deployment_object(i: usize, replicas: i32) -> serde_json::Value {
 }
 
 /// Whether `d` has finished rolling out `replicas` replicas: its controller observed the current
-/// generation, every replica is updated and available, and the Available condition is True.
-pub(super) fn rolled_out(d: &Deployment, replicas: i32) -> bool {
+/// generation and every replica is updated; for [`Goal::Available`] also available, with the
+/// Available condition True.
+pub(super) fn rolled_out(d: &Deployment, replicas: i32, goal: Goal) -> bool {
     let Some(status) = &d.status else {
         return false;
     };
@@ -399,10 +455,11 @@ pub(super) fn rolled_out(d: &Deployment, replicas: i32) -> bool {
         .iter()
         .flatten()
         .any(|c| c.type_ == "Available" && c.status == "True");
-    observed
-        && available
-        && status.updated_replicas == Some(replicas)
-        && status.available_replicas == Some(replicas)
+    let updated = observed && status.updated_replicas == Some(replicas);
+    match goal {
+        Goal::Updated => updated,
+        Goal::Available => updated && available && status.available_replicas == Some(replicas),
+    }
 }
 
 #[cfg(test)]
@@ -448,21 +505,34 @@ mod tests {
             "observedGeneration": 1, "replicas": 4, "updatedReplicas": 4, "availableReplicas": 4,
             "conditions": [{"type": "Available", "status": "True"}, {"type": "Progressing", "status": "True"}],
         });
-        assert!(rolled_out(&deployment(done.clone()), 4));
-        assert!(!rolled_out(&deployment(done.clone()), 5));
+        assert!(rolled_out(&deployment(done.clone()), 4, Goal::Available));
+        assert!(!rolled_out(&deployment(done.clone()), 5, Goal::Available));
 
         let mut stale = done.clone();
         stale["observedGeneration"] = json!(0);
-        assert!(!rolled_out(&deployment(stale), 4));
+        assert!(!rolled_out(&deployment(stale), 4, Goal::Available));
         let mut not_updated = done.clone();
         not_updated["updatedReplicas"] = json!(3);
-        assert!(!rolled_out(&deployment(not_updated), 4));
+        assert!(!rolled_out(&deployment(not_updated), 4, Goal::Available));
         let mut unavailable = done.clone();
         unavailable["availableReplicas"] = json!(3);
-        assert!(!rolled_out(&deployment(unavailable), 4));
+        assert!(!rolled_out(
+            &deployment(unavailable.clone()),
+            4,
+            Goal::Available
+        ));
+        assert!(
+            rolled_out(&deployment(unavailable), 4, Goal::Updated),
+            "updated needs no available replica"
+        );
         let mut condition_false = done;
         condition_false["conditions"] = json!([{"type": "Available", "status": "False"}]);
-        assert!(!rolled_out(&deployment(condition_false), 4));
-        assert!(!rolled_out(&deployment(json!(null)), 4));
+        assert!(!rolled_out(
+            &deployment(condition_false),
+            4,
+            Goal::Available
+        ));
+        assert!(!rolled_out(&deployment(json!(null)), 4, Goal::Available));
+        assert!(!rolled_out(&deployment(json!(null)), 4, Goal::Updated));
     }
 }
