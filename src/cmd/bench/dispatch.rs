@@ -3,19 +3,16 @@
 //! reporting keys/s and enqueue → reconcile-start latency.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use flotilla_coordinator::{Coordinator, CoordinatorConfig};
-use flotilla_devcluster::{DevCluster, DevClusterConfig, EtcdServer};
 use flotilla_sdk::{Action, Controller};
-use flotilla_worker::{Worker, WorkerConfig};
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 
+use super::in_process::{Backend, InProcessFleet};
 use super::{median, percentile, write_json};
 
 /// Flags of `flotilla bench dispatch`.
@@ -96,36 +93,14 @@ impl Clock {
 
 /// Runs `flotilla bench dispatch`.
 pub(super) async fn run(args: DispatchArgs) -> anyhow::Result<()> {
-    let etcd = EtcdServer::start().await?;
-    let cluster = DevCluster::start(DevClusterConfig {
-        etcd_endpoints: etcd.endpoints(),
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        compact_interval: None,
-        bookmark_interval: Duration::from_secs(1),
-        extension: None,
-    })
-    .await?;
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    cluster.write_kubeconfig(&kubeconfig)?;
-    let kube_config = flotilla_common::kube_config(Some(&kubeconfig)).await?;
-
+    let backend = Backend::start().await?;
     let clock = Arc::new(Clock::new(args.keys));
     let mut report = Vec::new();
     for &workers in &args.workers {
         let mut runs = Vec::new();
         for run in 0..args.runs {
             let fleet = format!("bench-{workers}-{run}");
-            let result = one_run(
-                &args,
-                &fleet,
-                workers,
-                &etcd,
-                &kubeconfig,
-                &kube_config,
-                clock.clone(),
-            )
-            .await?;
+            let result = one_run(&args, &fleet, workers, &backend, clock.clone()).await?;
             eprintln!(
                 "workers={workers} run={run}: {:.0} keys/s, burst p50 {:.1} ms p99 {:.1} ms, paced at {:.0}/s p50 {:.2} ms p99 {:.2} ms",
                 result.keys_per_sec,
@@ -177,7 +152,7 @@ pub(super) async fn run(args: DispatchArgs) -> anyhow::Result<()> {
         );
     }
     println!("\nJSON written to {}", args.output.display());
-    cluster.shutdown().await;
+    backend.shutdown().await;
     Ok(())
 }
 
@@ -185,22 +160,15 @@ async fn one_run(
     args: &DispatchArgs,
     fleet: &str,
     workers: usize,
-    etcd: &EtcdServer,
-    kubeconfig: &std::path::Path,
-    kube_config: &kube::Config,
+    backend: &Backend,
     clock: Arc<Clock>,
 ) -> anyhow::Result<RunResult> {
     clock.reset();
-    let mut config = CoordinatorConfig::new(fleet, etcd.endpoints());
-    config.kubeconfig = Some(kubeconfig.to_path_buf());
-    config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    config.metrics_listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    let coordinator = Coordinator::start(config).await?;
-    let mut fleet_workers = Vec::new();
-    for i in 0..workers {
+    let concurrency = args.concurrency;
+    let running = InProcessFleet::start(backend, fleet, workers, "bench", |_| {
         let clock = clock.clone();
-        let controller = Controller::<ConfigMap>::new("bench")
-            .concurrency(args.concurrency)
+        Controller::<ConfigMap>::new("bench")
+            .concurrency(concurrency)
             .reconcile(move |request, _ctx| {
                 let clock = clock.clone();
                 async move {
@@ -217,33 +185,11 @@ async fn one_run(
                     }
                     Ok::<_, Infallible>(Action::await_change())
                 }
-            });
-        let mut wc = WorkerConfig::new(
-            &format!("{fleet}-w{i}"),
-            fleet,
-            etcd.endpoints(),
-            kube_config.clone(),
-        );
-        wc.kube_api_qps = 0.0;
-        fleet_workers.push(Worker::start(wc, vec![controller.into()]).await?);
-    }
-    // Wait until the leader runs the controller with every worker connected and every shard owned.
-    let ready_by = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(s) = crate::cmd::status::fetch(&etcd.endpoints(), fleet).await {
-            let connected = s.workers.iter().filter(|w| w.connected).count();
-            let owned: u32 = s.workers.iter().map(|w| w.shards).sum();
-            let synced = s.informers.iter().all(|i| i.synced)
-                && s.queues.iter().any(|q| q.controller == "bench");
-            if connected == workers && owned == s.shard_count && synced {
-                break;
-            }
-        }
-        if Instant::now() > ready_by {
-            bail!("the fleet did not become ready within 30s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            })
+            .into()
+    })
+    .await?;
+    let coordinator = &running.coordinator;
     // Burst: every key at once, in batches, as fast as the queue takes them.
     let keys: Vec<String> = (0..args.keys).map(|i| format!("b/{i}")).collect();
     let start = Instant::now();
@@ -288,10 +234,7 @@ async fn one_run(
     let paced_rate = paced_keys as f64 / paced_start.elapsed().as_secs_f64();
     let paced = clock.latencies_ms(0..paced_keys);
 
-    for w in fleet_workers {
-        w.shutdown().await;
-    }
-    coordinator.shutdown().await;
+    running.shutdown().await;
     Ok(RunResult {
         keys_per_sec,
         burst_p50_ms: percentile(&burst, 0.50),

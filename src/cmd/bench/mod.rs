@@ -1,13 +1,16 @@
 //! `flotilla bench …`: benchmarks that write machine-readable results and print the table quoted in
 //! BENCHMARKS.md. `dispatch` measures the fleet core alone (no-op reconciles, in-process);
 //! `rollout` measures a whole fleet of processes rolling out Deployments against the devcluster;
-//! `idle` measures what an idle fleet's processes cost.
+//! `idle` measures what an idle fleet's processes cost; `scaleout` what more workers buy an I/O-bound
+//! controller.
 
 mod dispatch;
 mod idle;
+mod in_process;
 mod local_fleet;
 mod process_stats;
 mod rollout;
+mod scaleout;
 
 use std::path::Path;
 
@@ -26,6 +29,8 @@ enum Bench {
     Rollout(rollout::RolloutArgs),
     /// CPU of an idle coordinator and worker: fresh, and settled after a small rollout.
     Idle(idle::IdleArgs),
+    /// Throughput of an I/O-bound controller with 1, 2, 4, 8 workers, plotted.
+    Scaleout(scaleout::ScaleoutArgs),
 }
 
 /// Runs a benchmark.
@@ -39,6 +44,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Bench::Dispatch(args) => dispatch::run(args).await,
         Bench::Rollout(args) => rollout::run(args).await,
         Bench::Idle(args) => idle::run(args).await,
+        Bench::Scaleout(args) => scaleout::run(args).await,
     }
 }
 
