@@ -301,6 +301,24 @@ impl LabelSelector {
         !self.nothing && self.requirements.is_empty()
     }
 
+    /// Whether this selector matches no label set.
+    pub fn is_nothing(&self) -> bool {
+        self.nothing
+    }
+
+    /// A label that every matching label set carries, with the values it may have: the first `=` or
+    /// `in` requirement. `None` when there is none (the selector may match label sets lacking any
+    /// given label) or the selector matches nothing. What an index of selectors keys them by.
+    pub fn required_label(&self) -> Option<(&str, &BTreeSet<String>)> {
+        if self.nothing {
+            return None;
+        }
+        self.requirements.iter().find_map(|r| match &r.op {
+            Operator::In(values) => Some((r.key.as_str(), values)),
+            _ => None,
+        })
+    }
+
     fn from_requirements(mut requirements: Vec<Requirement>) -> Self {
         requirements.sort();
         requirements.dedup();
@@ -514,6 +532,22 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn the_required_label_is_the_first_equality_or_in_requirement() {
+        let s = LabelSelector::parse("x!=1, b in (p, q), a=z").unwrap();
+        let (key, values) = s.required_label().unwrap();
+        assert_eq!(key, "a", "requirements are sorted by key");
+        assert_eq!(values.iter().collect::<Vec<_>>(), ["z"]);
+        assert!(
+            LabelSelector::parse("x!=1, y")
+                .unwrap()
+                .required_label()
+                .is_none()
+        );
+        assert!(LabelSelector::nothing().required_label().is_none());
+        assert!(LabelSelector::nothing().is_nothing());
     }
 
     #[test]

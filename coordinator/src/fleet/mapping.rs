@@ -1,19 +1,24 @@
 //! Which controller keys an informer event touches: the object itself for its controllers' primary kind,
-//! its controller owner for owned kinds, and declared selector or field mappings for the rest.
+//! its controller owner for owned kinds, and declared selector or field mappings for the rest. Selector
+//! mappings are answered from a [`SelectorIndex`] per (primary kind, selector path), built on first use
+//! and kept current by [`Routes::observe`].
 
 use std::collections::BTreeMap;
 
-use flotilla_common::{LabelSelector, ResourceKind};
+use flotilla_common::ResourceKind;
 use serde_json::Value;
 
 use super::messages::{ControllerSpec, MappingRule, Primary};
-use crate::informer::{CachedObject, Informers};
+use super::selector_index::{SelectorIndex, lookup};
+use crate::informer::{CachedObject, InformerEvent, Informers};
 
 /// For one kind, what each interested controller does with its events.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct Routes {
     /// kind → (controller, role).
     by_kind: BTreeMap<ResourceKind, Vec<(String, Role)>>,
+    /// (primary kind, selector path) → the primaries' selectors, once a lookup needed them.
+    selectors: BTreeMap<(ResourceKind, String), SelectorIndex>,
 }
 
 #[derive(Debug, Clone)]
@@ -47,17 +52,43 @@ impl Routes {
         }
     }
 
-    /// Removes every route of `controller` (it was retired).
+    /// Removes every route of `controller` (it was retired), and the selector indexes no route uses
+    /// any more.
     pub fn remove(&mut self, controller: &str) {
         for routes in self.by_kind.values_mut() {
             routes.retain(|(c, _)| c != controller);
         }
         self.by_kind.retain(|_, routes| !routes.is_empty());
+        let used: Vec<(ResourceKind, String)> = self
+            .by_kind
+            .values()
+            .flatten()
+            .filter_map(|(_, role)| match role {
+                Role::Mapped {
+                    primary,
+                    rule: MappingRule::Selector(path),
+                } => Some((primary.clone(), path.clone())),
+                _ => None,
+            })
+            .collect();
+        self.selectors.retain(|slot, _| used.contains(slot));
+    }
+
+    /// Keeps the selector indexes current with an informer event; call it for every event, before
+    /// [`Routes::keys_for`].
+    pub fn observe(&mut self, event: &InformerEvent) {
+        for ((kind, _), index) in &mut self.selectors {
+            match event {
+                InformerEvent::Applied { new, .. } if &new.kind == kind => index.apply(new),
+                InformerEvent::Deleted { old, .. } if &old.kind == kind => index.remove(old),
+                _ => {}
+            }
+        }
     }
 
     /// The (controller, key) pairs an event on `object` enqueues.
     pub fn keys_for(
-        &self,
+        &mut self,
         object: &CachedObject,
         informers: &Informers,
         out: &mut Vec<(String, String)>,
@@ -69,9 +100,14 @@ impl Routes {
             match role {
                 Role::Primary => out.push((controller.clone(), object.key())),
                 Role::Mapped { primary, rule } => {
-                    map_related(object, primary, rule, informers, |key| {
-                        out.push((controller.clone(), key))
-                    });
+                    map_related(
+                        object,
+                        primary,
+                        rule,
+                        informers,
+                        &mut self.selectors,
+                        |key| out.push((controller.clone(), key)),
+                    );
                 }
             }
         }
@@ -83,6 +119,7 @@ fn map_related(
     primary: &ResourceKind,
     rule: &MappingRule,
     informers: &Informers,
+    selectors: &mut BTreeMap<(ResourceKind, String), SelectorIndex>,
     mut emit: impl FnMut(String),
 ) {
     let ns = object.namespace.as_deref();
@@ -103,79 +140,20 @@ fn map_related(
             }
         }
         MappingRule::Selector(path) => {
-            let Some(store) = informers.store(primary) else {
+            let slot = (primary.clone(), path.clone());
+            if !selectors.contains_key(&slot) {
+                let Some(store) = informers.store(primary) else {
+                    return;
+                };
+                let primaries = store.list();
+                let index = SelectorIndex::build(path, primaries.iter().map(AsRef::as_ref));
+                selectors.insert(slot.clone(), index);
+            }
+            let Some(index) = selectors.get(&slot) else {
                 return;
             };
-            let candidates = match ns {
-                Some(ns) if primary.namespaced => store.by_namespace(ns),
-                _ => store.list(),
-            };
-            for candidate in candidates {
-                let Some(selector) = lookup(&candidate.value, path) else {
-                    continue;
-                };
-                if selector_matches(selector, &object.labels) {
-                    emit(candidate.key());
-                }
-            }
+            let scope = ns.filter(|_| primary.namespaced);
+            index.matching(scope, &object.labels, |key| emit(key.to_owned()));
         }
-    }
-}
-
-/// A selector is either a LabelSelector (`matchLabels` / `matchExpressions`, e.g. a ReplicaSet's) or a
-/// plain map (a Service's, where an empty map selects nothing).
-fn selector_matches(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
-    let is_label_selector =
-        selector.get("matchLabels").is_some() || selector.get("matchExpressions").is_some();
-    let parsed = if is_label_selector {
-        LabelSelector::from_label_selector_json(selector)
-    } else {
-        LabelSelector::from_map_json(selector)
-    };
-    parsed.map(|s| s.matches(labels)).unwrap_or(false)
-}
-
-/// The value at a dotted path, e.g. `spec.selector`.
-fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
-    path.split('.').try_fold(value, |v, part| v.get(part))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lookup_follows_dotted_paths() {
-        let v = serde_json::json!({"spec": {"selector": {"app": "web"}}});
-        assert_eq!(
-            lookup(&v, "spec.selector.app"),
-            Some(&Value::String("web".into()))
-        );
-        assert_eq!(lookup(&v, "spec.missing"), None);
-    }
-
-    #[test]
-    fn a_service_style_selector_matches_by_subset_and_an_empty_one_matches_nothing() {
-        let labels: BTreeMap<String, String> = [
-            ("app".to_owned(), "web".to_owned()),
-            ("x".into(), "y".into()),
-        ]
-        .into();
-        assert!(selector_matches(
-            &serde_json::json!({"app": "web"}),
-            &labels
-        ));
-        assert!(!selector_matches(
-            &serde_json::json!({"app": "db"}),
-            &labels
-        ));
-        assert!(!selector_matches(&serde_json::json!({}), &labels));
-    }
-
-    #[test]
-    fn a_label_selector_with_expressions_matches() {
-        let labels: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
-        let sel = serde_json::json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "api"]}]});
-        assert!(selector_matches(&sel, &labels));
     }
 }

@@ -7,6 +7,7 @@ mod expectations;
 mod mapping;
 mod messages;
 mod owner_graph;
+mod selector_index;
 mod shards;
 mod spec_codec;
 mod workers;

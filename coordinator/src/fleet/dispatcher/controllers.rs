@@ -160,6 +160,7 @@ impl Dispatcher {
 
     pub(super) fn on_informer_event(&mut self, ev: InformerEvent) {
         let mut keys = Vec::new();
+        self.routes.observe(&ev);
         self.graph.keys_for(&ev, &self.ctx.informers, &mut keys);
         // The object whose event this is: the reason of every key it queues.
         let source = match &ev {
