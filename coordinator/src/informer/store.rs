@@ -1,5 +1,5 @@
-//! One kind's cache: objects by key, and the indexes by namespace, controller owner UID, any owner UID
-//! and pod node name.
+//! One kind's cache: objects by key, and the indexes by namespace, controller owner UID, any owner UID,
+//! pod node name and label.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -24,6 +24,8 @@ struct StoreInner {
     by_owner_uid: Index,
     by_any_owner_uid: Index,
     by_node_name: Index,
+    /// [`label_slot`] of each label of each object.
+    by_label: Index,
     /// The newest resourceVersion the store has applied.
     resource_version: u64,
 }
@@ -61,6 +63,25 @@ impl Store {
     /// The pods bound to node `node`.
     pub fn by_node_name(&self, node: &str) -> Vec<Arc<CachedObject>> {
         self.lookup(|s| &s.by_node_name, node)
+    }
+
+    /// The objects of namespace `ns` (`None`: cluster-scoped objects) whose label `label` has one of
+    /// `values`, in key order: the candidates of a selector that requires that label.
+    pub fn by_label(
+        &self,
+        ns: Option<&str>,
+        label: &str,
+        values: &BTreeSet<String>,
+    ) -> Vec<Arc<CachedObject>> {
+        let inner = self.inner.read();
+        let keys: BTreeSet<&String> = values
+            .iter()
+            .filter_map(|value| inner.by_label.get(&label_slot(ns, label, value)))
+            .flatten()
+            .collect();
+        keys.into_iter()
+            .filter_map(|key| inner.objects.get(key).cloned())
+            .collect()
     }
 
     /// How many objects are cached.
@@ -167,6 +188,10 @@ impl StoreInner {
             index_insert(&mut self.by_any_owner_uid, Some(&owner.uid), &key);
         }
         index_insert(&mut self.by_node_name, object.node_name.as_deref(), &key);
+        for (label, value) in &object.labels {
+            let slot = label_slot(object.namespace.as_deref(), label, value);
+            index_insert(&mut self.by_label, Some(&slot), &key);
+        }
         self.resource_version = self.resource_version.max(object.resource_version);
         self.objects.insert(key, object);
         old
@@ -184,8 +209,18 @@ impl StoreInner {
             index_remove(&mut self.by_any_owner_uid, Some(&owner.uid), key);
         }
         index_remove(&mut self.by_node_name, old.node_name.as_deref(), key);
+        for (label, value) in &old.labels {
+            let slot = label_slot(old.namespace.as_deref(), label, value);
+            index_remove(&mut self.by_label, Some(&slot), key);
+        }
         Some(old)
     }
+}
+
+/// The label index's value for label `label=value` in namespace `ns`. NUL cannot occur in a namespace
+/// or a label key, so distinct triples never share a slot.
+fn label_slot(ns: Option<&str>, label: &str, value: &str) -> String {
+    format!("{}\0{label}\0{value}", ns.unwrap_or(""))
 }
 
 fn index_insert(index: &mut Index, value: Option<&str>, key: &str) {
@@ -276,6 +311,30 @@ mod tests {
         assert!(store.by_owner_uid("rs-1").is_empty());
         assert_eq!(names(store.by_owner_uid("rs-2")), ["a/p1"]);
         assert_eq!(names(store.by_node_name("n2")), ["a/p1"]);
+    }
+
+    #[test]
+    fn the_label_index_follows_updates_and_deletes_per_namespace() {
+        let labelled = |ns: &str, name: &str, rv: u64, app: &str| {
+            let kind = ResourceKind::new("", "v1", "Pod", "pods", true);
+            let value = json!({"metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
+                "resourceVersion": rv.to_string(), "labels": {"app": app}}});
+            Arc::new(CachedObject::from_value(&kind, value).unwrap())
+        };
+        let web: BTreeSet<String> = ["web".to_owned()].into();
+        let both: BTreeSet<String> = ["web".to_owned(), "db".to_owned()].into();
+        let store = Store::default();
+        store.apply(labelled("a", "p2", 1, "web"));
+        store.apply(labelled("a", "p1", 2, "db"));
+        store.apply(labelled("b", "p3", 3, "web"));
+        assert_eq!(names(store.by_label(Some("a"), "app", &web)), ["a/p2"]);
+        assert_eq!(names(store.by_label(Some("a"), "app", &both)), ["a/p1", "a/p2"]);
+        store.apply(labelled("a", "p2", 4, "db"));
+        assert!(store.by_label(Some("a"), "app", &web).is_empty());
+        store.delete("a/p1");
+        store.delete("a/p2");
+        store.delete("b/p3");
+        assert!(store.inner.read().by_label.is_empty());
     }
 
     #[test]
