@@ -299,8 +299,14 @@ mod tests {
             (request("a", "app in (web)", "", ""), vec!["web-1"]),
             // Answered from the label index: every value, in key order, the rest of the selector
             // still applies.
-            (request("a", "app in (web, db)", "", ""), vec!["db-1", "web-1"]),
-            (request("a", "app in (web, db), app!=db", "", ""), vec!["web-1"]),
+            (
+                request("a", "app in (web, db)", "", ""),
+                vec!["db-1", "web-1"],
+            ),
+            (
+                request("a", "app in (web, db), app!=db", "", ""),
+                vec!["web-1"],
+            ),
             (request("b", "app=db", "", ""), vec![]),
             (request("", "", "node-name", "n1"), vec!["web-1", "web-2"]),
             (request("b", "", "node-name", "n1"), vec!["web-2"]),

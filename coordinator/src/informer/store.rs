@@ -328,7 +328,10 @@ mod tests {
         store.apply(labelled("a", "p1", 2, "db"));
         store.apply(labelled("b", "p3", 3, "web"));
         assert_eq!(names(store.by_label(Some("a"), "app", &web)), ["a/p2"]);
-        assert_eq!(names(store.by_label(Some("a"), "app", &both)), ["a/p1", "a/p2"]);
+        assert_eq!(
+            names(store.by_label(Some("a"), "app", &both)),
+            ["a/p1", "a/p2"]
+        );
         store.apply(labelled("a", "p2", 4, "db"));
         assert!(store.by_label(Some("a"), "app", &web).is_empty());
         store.delete("a/p1");

@@ -2,7 +2,9 @@
 //! kube's TLS, base URI, auth and header layers, behind the request counter. Each controller gets its
 //! own rate limiter over it, as kube-controller-manager gives each controller its own client with
 //! `--kube-api-qps` / `--kube-api-burst`; each reconcile gets its own `kube::Client` over its
-//! controller's stack, with the write-recording layer on top.
+//! controller's stack, with the write-recording layer on top. Events go out through one more limiter
+//! of the same size shared by the worker's controllers, as kube-controller-manager's event broadcaster
+//! has a client of its own: an Event never spends a controller's budget.
 
 use std::sync::Arc;
 
@@ -37,13 +39,15 @@ pub enum KubeStackError {
 #[derive(Clone)]
 pub(crate) struct KubeStack {
     base: BaseService,
+    /// `base` behind the events' own limiter.
+    events: BaseService,
     default_namespace: String,
     kinds: Arc<KindTable>,
 }
 
 impl KubeStack {
     /// Builds the stack from `config`, counting every request it sends into `requests`. It has no rate
-    /// limit of its own: see [`KubeStack::rate_limited`].
+    /// limit of its own (see [`KubeStack::rate_limited`]) except for Events, behind `events`.
     ///
     /// # Errors
     /// [`KubeStackError::Config`] when TLS or auth cannot be set up from the configuration.
@@ -51,6 +55,7 @@ impl KubeStack {
         config: &kube::Config,
         kinds: KindTable,
         requests: RequestCounter,
+        events: Arc<TokenBucket>,
     ) -> Result<Self, KubeStackError> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
@@ -75,8 +80,15 @@ impl KubeStack {
             })
             .map_err(BoxError::from)
             .service(client);
+        let base = BoxCloneSyncService::new(service);
+        let events = BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .layer(RateLimitLayer::new(events))
+                .service(base.clone()),
+        );
         Ok(Self {
-            base: BoxCloneSyncService::new(service),
+            base,
+            events,
             default_namespace: config.default_namespace.clone(),
             kinds: Arc::new(kinds),
         })
@@ -90,6 +102,7 @@ impl KubeStack {
             .service(self.base.clone());
         Self {
             base: BoxCloneSyncService::new(service),
+            events: self.events.clone(),
             default_namespace: self.default_namespace.clone(),
             kinds: self.kinds.clone(),
         }
@@ -106,8 +119,8 @@ impl KubeClients for KubeStack {
         kube::Client::new(service, self.default_namespace.clone())
     }
 
-    /// A client that records nothing (for Events, which no key waits on).
+    /// A client that records nothing, for Events (which no key waits on), behind the events' limiter.
     fn plain_client(&self) -> kube::Client {
-        kube::Client::new(self.base.clone(), self.default_namespace.clone())
+        kube::Client::new(self.events.clone(), self.default_namespace.clone())
     }
 }

@@ -75,7 +75,13 @@ impl Worker {
         );
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let kube = KubeStack::new(&config.kube, kinds, metrics.api_requests())?;
+        let events = TokenBucket::new(config.kube_api_qps, config.kube_api_burst);
+        let kube = KubeStack::new(
+            &config.kube,
+            kinds,
+            metrics.api_requests(),
+            Arc::new(events),
+        )?;
         let worker_id: Arc<str> = Arc::from(config.worker_id.as_str());
         let cache = CacheSlot::default();
         let controllers = controllers
