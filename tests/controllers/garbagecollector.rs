@@ -16,27 +16,11 @@ use serde_json::{Value, json};
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::Fleet;
 use crate::support::namespace::{random_suffix, unique_namespace};
+use crate::support::objects::deployment;
 use crate::support::raw;
 use crate::support::wait::wait_for;
 
 const CONVERGE: Duration = Duration::from_secs(60);
-
-fn deployment(name: &str, replicas: i32) -> Deployment {
-    serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
-            },
-        }
-    }))
-    .unwrap()
-}
 
 /// What is left of a Deployment's tree.
 struct Remains {

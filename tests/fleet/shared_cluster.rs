@@ -12,27 +12,11 @@ use serde_json::json;
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::{Fleet, Proc};
 use crate::support::namespace::unique_namespace;
+use crate::support::objects::deployment;
 use crate::support::wait::wait_for;
 
 /// Two replicas on simulated nodes take a few seconds; the bound leaves room for a loaded machine.
 const CONVERGE: Duration = Duration::from_secs(25);
-
-fn deployment(name: &str, replicas: i32) -> Deployment {
-    serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "main", "image": "nginx:1"}]}
-            },
-        }
-    }))
-    .unwrap()
-}
 
 /// A fleet of one coordinator scoped to `namespace` and one worker running the deployment and
 /// replicaset controllers, once the worker is connected.

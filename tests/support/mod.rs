@@ -13,6 +13,7 @@
 pub mod cluster;
 pub mod fleet;
 pub mod namespace;
+pub mod objects;
 pub mod raw;
 pub mod wait;
 pub mod watch;

@@ -145,6 +145,21 @@ fn config(fleet: &Fleet, name: &str) -> WorkerConfig {
     config
 }
 
+/// A devcluster on the fleet's etcd and a worker configuration whose reconciles reach it.
+async fn on_devcluster(fleet: &Fleet, name: &str) -> (DevCluster, WorkerConfig) {
+    let cluster = DevCluster::start(DevClusterConfig {
+        etcd_endpoints: fleet.endpoints.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut config = config(fleet, name);
+    config.kube = kube::Config::from_custom_kubeconfig(cluster.kubeconfig(), &Default::default())
+        .await
+        .unwrap();
+    (cluster, config)
+}
+
 /// What the probe controller saw.
 #[derive(Default)]
 struct Probe {
@@ -487,16 +502,7 @@ struct WriteError(#[from] kube::Error);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_objects_a_reconcile_writes_through_its_client_are_reported_in_done() {
     let mut fleet = fleet("writes").await;
-    let cluster = DevCluster::start(DevClusterConfig {
-        etcd_endpoints: fleet.endpoints.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut config = config(&fleet, "writes");
-    config.kube = kube::Config::from_custom_kubeconfig(cluster.kubeconfig(), &Default::default())
-        .await
-        .unwrap();
+    let (cluster, config) = on_devcluster(&fleet, "writes").await;
     let writer = Controller::<ConfigMap>::new("writer").reconcile(
         |request: Request<ConfigMap>, ctx: Context| async move {
             use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -632,16 +638,7 @@ async fn a_reconcile_reads_typed_objects_from_the_leaders_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_controller_has_its_own_api_budget_as_in_kube_controller_manager() {
     let mut fleet = fleet("budgets").await;
-    let cluster = DevCluster::start(DevClusterConfig {
-        etcd_endpoints: fleet.endpoints.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut config = config(&fleet, "budgets");
-    config.kube = kube::Config::from_custom_kubeconfig(cluster.kubeconfig(), &Default::default())
-        .await
-        .unwrap();
+    let (cluster, mut config) = on_devcluster(&fleet, "budgets").await;
     // One token every 2 s, none saved up beyond one.
     config.kube_api_qps = 0.5;
     config.kube_api_burst = 1;
