@@ -117,7 +117,7 @@ pub async fn reconcile(
         }
         Decision::Delete(policy) => {
             tracing::info!(object = %target, ?policy, "deleting an object whose owners are gone");
-            target.delete(&uid, policy).await?;
+            target.delete(object, policy).await?;
         }
     }
     Ok(Action::await_change())
@@ -257,12 +257,16 @@ impl Target {
         }
     }
 
-    /// Deletes the object if it still has `uid`; one already gone or replaced needs nothing more.
-    async fn delete(&self, uid: &str, policy: Policy) -> Result<(), Error> {
+    /// Deletes the object if it still is the version the decision was made on. The decision rests on
+    /// `seen`'s ownerReferences, which may be stale: an orphaning owner may have just dropped its
+    /// reference (and then gone, which is what made the owner look absent). The resourceVersion
+    /// precondition makes such a delete fail with 409, and the key is retried on the newer object, as
+    /// upstream decides on a fresh read. One already gone needs nothing more.
+    async fn delete(&self, seen: &DynamicObject, policy: Policy) -> Result<(), Error> {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
-                uid: Some(uid.to_owned()),
-                resource_version: None,
+                uid: seen.metadata.uid.clone(),
+                resource_version: seen.metadata.resource_version.clone(),
             }),
             propagation_policy: Some(match policy {
                 Policy::Background => kube::api::PropagationPolicy::Background,
@@ -273,8 +277,97 @@ impl Target {
         };
         match self.api().delete(&self.name, &params).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             Err(source) => Err(self.error("delete", source)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use flotilla_sdk::kube::client::Body;
+    use http::{Method, Request as HttpRequest, Response, StatusCode};
+    use parking_lot::Mutex;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// A mock API: discovery of apps/v1, no Deployment `web` (it is gone), and a DELETE of the
+    /// ReplicaSet that fails its preconditions as kube-apiserver does when the object changed.
+    fn api(deletes: Arc<Mutex<Vec<Value>>>) -> kube::Client {
+        let service = tower::service_fn(move |request: HttpRequest<Body>| {
+            let deletes = deletes.clone();
+            async move {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await?;
+                let (status, answer) = match (parts.method.clone(), parts.uri.path()) {
+                    (Method::GET, "/apis/apps/v1") => (
+                        StatusCode::OK,
+                        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "apps/v1",
+                            "resources": [{"name": "deployments", "singularName": "deployment",
+                            "namespaced": true, "kind": "Deployment",
+                            "verbs": ["get", "list", "watch", "delete"]}]}),
+                    ),
+                    (Method::DELETE, _) => {
+                        deletes
+                            .lock()
+                            .push(serde_json::from_slice(&bytes).unwrap_or(Value::Null));
+                        (
+                            StatusCode::CONFLICT,
+                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                "message": "Precondition failed", "reason": "Conflict", "code": 409}),
+                        )
+                    }
+                    _ => (
+                        StatusCode::NOT_FOUND,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "message": "not found", "reason": "NotFound", "code": 404}),
+                    ),
+                };
+                let mut response = Response::new(Body::from(serde_json::to_vec(&answer)?));
+                *response.status_mut() = status;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// Regression: an orphaning owner drops its reference from a ReplicaSet and then goes; the collector,
+    /// holding the ReplicaSet as it was before (with the reference), found the owner gone and deleted the
+    /// ReplicaSet the orphaning had just kept (`each_propagation_policy_leaves_what_it_promises` failed
+    /// with the orphaned ReplicaSet gone). The delete must be conditional on the version the decision
+    /// was made on, and a refused delete is retried, not taken as done.
+    #[tokio::test]
+    async fn a_dependent_is_deleted_only_in_the_version_whose_owners_were_judged_gone() {
+        let deletes = Arc::new(Mutex::new(Vec::new()));
+        let ctx = Context::for_test().client(api(deletes.clone())).build();
+        let rs: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "web-1", "namespace": "ns", "uid": "rs-uid", "resourceVersion": "41",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                    "uid": "d-uid", "controller": true, "blockOwnerDeletion": true}]}
+        }))
+        .unwrap();
+        let request = Request::new(None, "apps/v1/replicasets/ns/web-1").with_object(rs);
+
+        let outcome = reconcile(request, ctx, Resolver::default()).await;
+
+        let deletes = deletes.lock().clone();
+        assert_eq!(
+            deletes.len(),
+            1,
+            "the dependent of a gone owner is deleted once"
+        );
+        assert_eq!(
+            deletes[0]["preconditions"],
+            json!({"uid": "rs-uid", "resourceVersion": "41"}),
+            "the delete is conditional on the uid and the version seen"
+        );
+        assert!(
+            outcome.is_err(),
+            "a delete refused because the object changed is retried"
+        );
     }
 }
