@@ -40,6 +40,8 @@ pub(super) struct LocalFleet {
     children: Vec<Child>,
     dir: Option<tempfile::TempDir>,
     etcd: Option<EtcdServer>,
+    /// The fleet's name.
+    name: String,
 }
 
 impl LocalFleet {
@@ -51,6 +53,27 @@ impl LocalFleet {
     /// When a process cannot start, exits, or the fleet is not ready within 60 s; the logs are kept
     /// and the error names their directory.
     pub async fn start(flotilla: &Path, shape: &FleetShape<'_>) -> anyhow::Result<Self> {
+        Self::start_with(flotilla, shape, true).await
+    }
+
+    /// The devcluster of `shape` (its nodes and namespace) with no coordinator or worker: what a
+    /// benchmark compares a fleet's cost with. [`LocalFleet::coordinator`] and
+    /// [`LocalFleet::workers`] must not be used.
+    ///
+    /// # Errors
+    /// As [`LocalFleet::start`].
+    pub async fn start_cluster_only(
+        flotilla: &Path,
+        shape: &FleetShape<'_>,
+    ) -> anyhow::Result<Self> {
+        Self::start_with(flotilla, shape, false).await
+    }
+
+    async fn start_with(
+        flotilla: &Path,
+        shape: &FleetShape<'_>,
+        with_fleet: bool,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("flotilla-bench-")
             .tempdir()?;
@@ -63,6 +86,7 @@ impl LocalFleet {
             dir.path(),
             &etcd,
             &kubeconfig,
+            with_fleet,
             &mut children,
         )
         .await;
@@ -78,8 +102,9 @@ impl LocalFleet {
             children,
             dir: Some(dir),
             etcd: Some(etcd),
+            name: shape.name.clone(),
         };
-        if let Err(err) = fleet.wait_ready(shape).await {
+        if with_fleet && let Err(err) = fleet.wait_ready(shape).await {
             return Err(err.context(format!("logs in {}", fleet.keep_logs().display())));
         }
         Ok(fleet)
@@ -115,15 +140,23 @@ impl LocalFleet {
             .unwrap_or_default()
     }
 
-    async fn wait_ready(&mut self, shape: &FleetShape<'_>) -> anyhow::Result<()> {
+    /// The fleet as its leader reports it (`flotilla status`).
+    ///
+    /// # Errors
+    /// When no leader answers.
+    pub async fn status(&self) -> anyhow::Result<flotilla_proto::StatusResponse> {
         let endpoints = self
             .etcd
             .as_ref()
             .map(EtcdServer::endpoints)
             .unwrap_or_default();
+        crate::cmd::status::fetch(&endpoints, &self.name).await
+    }
+
+    async fn wait_ready(&mut self, shape: &FleetShape<'_>) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(s) = crate::cmd::status::fetch(&endpoints, &shape.name).await {
+            if let Ok(s) = self.status().await {
                 let connected = s.workers.iter().filter(|w| w.connected).count();
                 let owned: u32 = s.workers.iter().map(|w| w.shards).sum();
                 let runs = |c: &str| s.queues.iter().any(|q| q.controller == c);
@@ -153,14 +186,15 @@ impl Drop for LocalFleet {
     }
 }
 
-/// Starts the devcluster, the namespace, the coordinator and the workers into `children`; returns a
-/// client of the devcluster.
+/// Starts the devcluster, the namespace and (`with_fleet`) the coordinator and the workers into
+/// `children`; returns a client of the devcluster.
 async fn start_processes(
     flotilla: &Path,
     shape: &FleetShape<'_>,
     dir: &Path,
     etcd: &EtcdServer,
     kubeconfig: &Path,
+    with_fleet: bool,
     children: &mut Vec<Child>,
 ) -> anyhow::Result<kube::Client> {
     let endpoints = etcd.endpoints().join(",");
@@ -190,6 +224,9 @@ async fn start_processes(
         )
         .await
         .context("cannot create the benchmark's namespace")?;
+    if !with_fleet {
+        return Ok(client);
+    }
 
     let common = fleet_flags(&shape.name, &endpoints, kubeconfig);
     let mut coordinator_args = strings(&["coordinator", "--listen", "127.0.0.1:0"]);

@@ -2,12 +2,13 @@
 //! BENCHMARKS.md. `dispatch` measures the fleet core alone (no-op reconciles, in-process);
 //! `rollout` measures a whole fleet of processes rolling out Deployments against the devcluster;
 //! `idle` measures what an idle fleet's processes cost; `scaleout` what more workers buy an I/O-bound
-//! controller.
+//! controller; `memory` what the coordinator's caches cost.
 
 mod dispatch;
 mod idle;
 mod in_process;
 mod local_fleet;
+mod memory;
 mod process_stats;
 mod rollout;
 mod scaleout;
@@ -31,6 +32,9 @@ enum Bench {
     Idle(idle::IdleArgs),
     /// Throughput of an I/O-bound controller with 1, 2, 4, 8 workers, plotted.
     Scaleout(scaleout::ScaleoutArgs),
+    /// The coordinator's memory with a rollout's objects and many bare pods, and the fleet's effect on
+    /// other clients' pod creates.
+    Memory(memory::MemoryArgs),
 }
 
 /// Runs a benchmark.
@@ -45,6 +49,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Bench::Rollout(args) => rollout::run(args).await,
         Bench::Idle(args) => idle::run(args).await,
         Bench::Scaleout(args) => scaleout::run(args).await,
+        Bench::Memory(args) => memory::run(args).await,
     }
 }
 

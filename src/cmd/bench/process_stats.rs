@@ -68,11 +68,12 @@ fn parse_labels(labels: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The `VmHWM` (peak resident set size) line of a `/proc/<pid>/status`, in KiB.
-fn vm_hwm_kib(status: &str) -> Option<u64> {
+/// A memory line of a `/proc/<pid>/status` (`VmHWM:`, the peak resident set size, or `VmRSS:`, the
+/// current one), in KiB.
+fn status_kib(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))?
+        .find_map(|line| line.strip_prefix(field))?
         .split_whitespace()
         .next()?
         .parse()
@@ -80,9 +81,21 @@ fn vm_hwm_kib(status: &str) -> Option<u64> {
 }
 
 pub(super) fn peak_rss_mib(child: &Child) -> anyhow::Result<f64> {
+    status_mib(child, "VmHWM:")
+}
+
+/// The current resident set size of a process (`VmRSS`), in MiB.
+///
+/// # Errors
+/// When its `/proc/<pid>/status` cannot be read or lacks the line.
+pub(super) fn rss_mib(child: &Child) -> anyhow::Result<f64> {
+    status_mib(child, "VmRSS:")
+}
+
+fn status_mib(child: &Child, field: &str) -> anyhow::Result<f64> {
     let path = format!("/proc/{}/status", child.pid());
     let status = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    let kib = vm_hwm_kib(&status).with_context(|| format!("no VmHWM in {path}"))?;
+    let kib = status_kib(&status, field).with_context(|| format!("no {field} in {path}"))?;
     Ok(kib as f64 / 1024.0)
 }
 
@@ -144,8 +157,9 @@ mod tests {
     fn peak_rss_is_read_from_the_vm_hwm_line() {
         let status =
             "Name:\tflotilla\nVmPeak:\t  900000 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40000 kB\n";
-        assert_eq!(vm_hwm_kib(status), Some(51_200));
-        assert_eq!(vm_hwm_kib("Name:\tkthreadd\n"), None);
+        assert_eq!(status_kib(status, "VmHWM:"), Some(51_200));
+        assert_eq!(status_kib(status, "VmRSS:"), Some(40_000));
+        assert_eq!(status_kib("Name:\tkthreadd\n", "VmHWM:"), None);
     }
 
     #[test]

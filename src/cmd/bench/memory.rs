@@ -1,0 +1,275 @@
+//! `flotilla bench memory`: what the coordinator's caches cost, and whether a running fleet slows the
+//! API server's other clients. One coordinator and one worker (`deployment,replicaset,garbagecollector`)
+//! on a fresh devcluster: the coordinator's resident memory when ready, after a rollout (Deployments,
+//! ReplicaSets, pods), and after many more bare pods spread over namespaces — whence the bytes each
+//! cached pod costs. The same pods are first created on a devcluster with no fleet, so the creates per
+//! second with and without the fleet's watches compare like with like.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+use super::local_fleet::{FleetShape, LocalFleet};
+use super::process_stats::{peak_rss_mib, rss_mib};
+use super::rollout::{Goal, NAMESPACE, create_deployments, rolled_out_count};
+use super::{median, write_json};
+
+/// Pod creates in flight at once from the benchmark's own (unlimited) client.
+const CREATE_CONCURRENCY: usize = 32;
+
+/// Flags of `flotilla bench memory`.
+#[derive(clap::Args, Debug)]
+pub struct MemoryArgs {
+    /// Deployments of the rollout measured first.
+    #[arg(long, default_value_t = 500)]
+    deployments: usize,
+    /// `spec.replicas` of every Deployment.
+    #[arg(long, default_value_t = 4)]
+    replicas: i32,
+    /// Bare pods created after the rollout.
+    #[arg(long, default_value_t = 20_000)]
+    pods: usize,
+    /// Namespaces the bare pods are spread over.
+    #[arg(long, default_value_t = 20)]
+    namespaces: usize,
+    /// Pause before each memory reading, for the last events to be processed.
+    #[arg(long, default_value = "10s", value_parser = flotilla_common::parse_duration)]
+    settle: Duration,
+    /// Runs; the report gives medians.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Give up on a run's rollout or cache fill after this long.
+    #[arg(long, default_value = "10m", value_parser = flotilla_common::parse_duration)]
+    timeout: Duration,
+    /// Where to write the JSON result.
+    #[arg(long, default_value = "benchmarks/memory.json")]
+    output: std::path::PathBuf,
+}
+
+/// One run's readings.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct RunResult {
+    /// Coordinator RSS once the fleet is ready, MiB.
+    coordinator_ready_mib: f64,
+    /// Coordinator RSS after the rollout, MiB.
+    coordinator_rollout_mib: f64,
+    /// Coordinator RSS with the bare pods cached too, MiB.
+    coordinator_pods_mib: f64,
+    /// Coordinator peak RSS over the run, MiB.
+    coordinator_peak_mib: f64,
+    /// The worker's peak RSS, MiB.
+    worker_peak_mib: f64,
+    /// (RSS with the pods − RSS after the rollout) / pods.
+    bytes_per_pod: f64,
+    /// Pod creates per second on a devcluster with no fleet.
+    creates_per_s_alone: f64,
+    /// Pod creates per second while the fleet runs.
+    creates_per_s_with_fleet: f64,
+}
+
+/// Runs `flotilla bench memory`.
+pub(super) async fn run(args: MemoryArgs) -> anyhow::Result<()> {
+    if args.namespaces == 0 || args.replicas <= 0 {
+        bail!("--namespaces and --replicas must be positive");
+    }
+    let flotilla = std::env::current_exe()?;
+    let mut runs = Vec::new();
+    for run in 0..args.runs {
+        let shape = FleetShape {
+            name: format!("memory-{run}"),
+            workers: 1,
+            controllers: &["deployment", "replicaset", "garbagecollector"],
+            // The rollout's pace is not what is measured here: a raised budget keeps runs short.
+            worker_flags: [
+                "--kube-api-qps",
+                "1000",
+                "--kube-api-burst",
+                "1000",
+                "--concurrent-deployment-syncs",
+                "50",
+                "--concurrent-replicaset-syncs",
+                "50",
+            ]
+            .map(String::from)
+            .to_vec(),
+            nodes: 0,
+            namespace: NAMESPACE,
+        };
+        let creates_per_s_alone = {
+            let mut alone = LocalFleet::start_cluster_only(&flotilla, &shape).await?;
+            match create_bare_pods(&alone.client, &args).await {
+                Ok(rate) => rate,
+                Err(err) => {
+                    return Err(err.context(format!("logs in {}", alone.keep_logs().display())));
+                }
+            }
+        };
+        let mut fleet = LocalFleet::start(&flotilla, &shape).await?;
+        let result = match one_run(&args, &mut fleet, creates_per_s_alone).await {
+            Ok(result) => result,
+            Err(err) => {
+                return Err(err.context(format!("logs in {}", fleet.keep_logs().display())));
+            }
+        };
+        eprintln!(
+            "run {run}: coordinator {:.0} MiB ready, {:.0} MiB after the rollout, {:.0} MiB with {} pods \
+             ({:.0} bytes per pod); pod creates/s {:.0} alone, {:.0} with the fleet",
+            result.coordinator_ready_mib,
+            result.coordinator_rollout_mib,
+            result.coordinator_pods_mib,
+            args.pods,
+            result.bytes_per_pod,
+            result.creates_per_s_alone,
+            result.creates_per_s_with_fleet,
+        );
+        runs.push(result);
+    }
+    let med = |f: fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
+    let medians = RunResult {
+        coordinator_ready_mib: med(|r| r.coordinator_ready_mib),
+        coordinator_rollout_mib: med(|r| r.coordinator_rollout_mib),
+        coordinator_pods_mib: med(|r| r.coordinator_pods_mib),
+        coordinator_peak_mib: med(|r| r.coordinator_peak_mib),
+        worker_peak_mib: med(|r| r.worker_peak_mib),
+        bytes_per_pod: med(|r| r.bytes_per_pod),
+        creates_per_s_alone: med(|r| r.creates_per_s_alone),
+        creates_per_s_with_fleet: med(|r| r.creates_per_s_with_fleet),
+    };
+    write_json(
+        &args.output,
+        &json!({
+            "benchmark": "memory",
+            "deployments": args.deployments,
+            "replicas": args.replicas,
+            "pods": args.pods,
+            "namespaces": args.namespaces,
+            "runs": runs,
+            "median": medians,
+        }),
+    )?;
+    println!(
+        "| coordinator RSS ready | after {} Deployments × {} | with {} more pods | bytes per cached pod | coordinator peak | worker peak | pod creates/s alone | with the fleet | slowdown |",
+        args.deployments, args.replicas, args.pods
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {:.0} MiB | {:.0} MiB | {:.0} MiB | {:.0} | {:.0} MiB | {:.0} MiB | {:.0} | {:.0} | {:.1} % |",
+        medians.coordinator_ready_mib,
+        medians.coordinator_rollout_mib,
+        medians.coordinator_pods_mib,
+        medians.bytes_per_pod,
+        medians.coordinator_peak_mib,
+        medians.worker_peak_mib,
+        medians.creates_per_s_alone,
+        medians.creates_per_s_with_fleet,
+        (1.0 - medians.creates_per_s_with_fleet / medians.creates_per_s_alone) * 100.0,
+    );
+    println!(
+        "\nmedians of {} runs; JSON written to {}",
+        args.runs,
+        args.output.display()
+    );
+    Ok(())
+}
+
+async fn one_run(
+    args: &MemoryArgs,
+    fleet: &mut LocalFleet,
+    creates_per_s_alone: f64,
+) -> anyhow::Result<RunResult> {
+    tokio::time::sleep(args.settle).await;
+    let coordinator_ready_mib = rss_mib(fleet.coordinator())?;
+
+    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), NAMESPACE);
+    create_deployments(&deployments, args.deployments, args.replicas).await?;
+    let deadline = Instant::now() + args.timeout;
+    while rolled_out_count(&deployments, args.replicas, Goal::Updated).await < args.deployments {
+        fleet.check_running()?;
+        if Instant::now() > deadline {
+            bail!("the Deployments did not roll out within {:?}", args.timeout);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(args.settle).await;
+    let coordinator_rollout_mib = rss_mib(fleet.coordinator())?;
+
+    let creates_per_s_with_fleet = create_bare_pods(&fleet.client, args).await?;
+    let expected = args.pods + args.deployments * usize::try_from(args.replicas)?;
+    wait_for_cached_pods(fleet, expected, args.timeout).await?;
+    tokio::time::sleep(args.settle).await;
+    let coordinator_pods_mib = rss_mib(fleet.coordinator())?;
+    fleet.check_running()?;
+    Ok(RunResult {
+        coordinator_ready_mib,
+        coordinator_rollout_mib,
+        coordinator_pods_mib,
+        coordinator_peak_mib: peak_rss_mib(fleet.coordinator())?,
+        worker_peak_mib: peak_rss_mib(&fleet.workers()[0])?,
+        bytes_per_pod: (coordinator_pods_mib - coordinator_rollout_mib) * 1024.0 * 1024.0
+            / args.pods as f64,
+        creates_per_s_alone,
+        creates_per_s_with_fleet,
+    })
+}
+
+/// Creates the namespaces `pods-0` … and `args.pods` bare pods spread over them; returns the pod
+/// creates per second.
+async fn create_bare_pods(client: &kube::Client, args: &MemoryArgs) -> anyhow::Result<f64> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for i in 0..args.namespaces {
+        let ns = serde_json::from_value(json!({"metadata": {"name": format!("pods-{i}")}}))?;
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .context("cannot create a namespace for the bare pods")?;
+    }
+    let start = Instant::now();
+    futures::stream::iter(0..args.pods)
+        .map(|i| {
+            let pods: Api<Pod> =
+                Api::namespaced(client.clone(), &format!("pods-{}", i % args.namespaces));
+            async move {
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("bare-{i}"), "labels": {"bench": "memory"}},
+                    "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
+                }))?;
+                pods.create(&PostParams::default(), &pod)
+                    .await
+                    .with_context(|| format!("cannot create pod bare-{i}"))
+            }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_for_each(|_| async { Ok(()) })
+        .await?;
+    Ok(args.pods as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Waits until the leader's pod informer caches `expected` pods.
+async fn wait_for_cached_pods(
+    fleet: &mut LocalFleet,
+    expected: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = fleet.status().await?;
+        let cached = status
+            .informers
+            .iter()
+            .find(|i| i.kind == "v1/pods")
+            .map_or(0, |i| i.objects);
+        if cached >= expected as u64 {
+            return Ok(());
+        }
+        fleet.check_running()?;
+        if Instant::now() > deadline {
+            bail!("the coordinator cached {cached} of {expected} pods after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
