@@ -19,6 +19,7 @@ mod fleet {
     mod failover;
     mod greeting;
     mod hostile_peers;
+    mod mapping_rules;
     mod read_your_writes;
     mod reasons;
     mod rebalance;

@@ -28,6 +28,6 @@ pub use telemetry::{LogFormat, init_logging};
 
 // The shared Kubernetes vocabulary, re-exported so both roles keep naming it `flotilla_common::…`.
 pub use flotilla_apimachinery::{
-    FOREGROUND_FINALIZER, KindedKey, LabelSelector, ORPHAN_FINALIZER, Reason, ResourceKind,
-    SelectorError, split_key,
+    BUILTIN_INDEXES, FOREGROUND_FINALIZER, KindedKey, LabelSelector, ORPHAN_FINALIZER, Reason,
+    ResourceKind, SelectorError, split_key, string_at, value_at,
 };

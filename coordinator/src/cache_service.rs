@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 use tracing::warn;
 
 use crate::fleet::{AccessDenied, CacheAccess};
+use crate::informer::IndexLookupError;
 use crate::metrics::FleetMetrics;
 use crate::{Informers, Store};
 
@@ -34,8 +35,12 @@ enum CacheServiceError {
     NoIdentity,
     #[error(transparent)]
     Denied(#[from] AccessDenied),
-    #[error("unknown index {0:?}: expected \"namespace\", \"owner-uid\" or \"node-name\"")]
+    #[error(
+        "unknown index {0:?}: expected \"namespace\", \"owner-uid\", \"node-name\" or an index a controller of the fleet declared for the kind"
+    )]
     UnknownIndex(String),
+    #[error(transparent)]
+    AmbiguousIndex(IndexLookupError),
     #[error("invalid label_selector: {0}")]
     BadSelector(SelectorError),
     #[error(
@@ -60,6 +65,7 @@ impl From<CacheServiceError> for Status {
             CacheServiceError::NotSynced(_) | CacheServiceError::NotLeader => {
                 Status::unavailable(message)
             }
+            CacheServiceError::AmbiguousIndex(_) => Status::failed_precondition(message),
             CacheServiceError::NoIdentity => Status::unauthenticated(message),
             CacheServiceError::Denied(_) => Status::permission_denied(message),
             CacheServiceError::TooLarge { .. } => Status::resource_exhausted(message),
@@ -211,7 +217,14 @@ fn list(
             "namespace" => store.by_namespace(&request.index_value),
             "owner-uid" => store.by_owner_uid(&request.index_value),
             "node-name" => store.by_node_name(&request.index_value),
-            other => return Err(CacheServiceError::UnknownIndex(other.to_owned())),
+            // A named index a controller declared (the built-in names cannot be declared).
+            name => match store.by_index(name, &request.index_value) {
+                Ok(objects) => objects,
+                Err(IndexLookupError::Unknown(name)) => {
+                    return Err(CacheServiceError::UnknownIndex(name));
+                }
+                Err(ambiguous) => return Err(CacheServiceError::AmbiguousIndex(ambiguous)),
+            },
         },
     };
     let objects: Vec<bytes::Bytes> = candidates
@@ -319,6 +332,37 @@ mod tests {
             assert_eq!(names(&response), want, "{req:?}");
             assert_eq!(response.resource_version, "12");
         }
+    }
+
+    #[test]
+    fn a_declared_index_answers_lists_by_its_name_and_an_ambiguous_one_is_refused() {
+        let store = store();
+        store.set_named_indexes(&[("by-app".to_owned(), "metadata.labels.app".to_owned())].into());
+        let cases = [
+            (request("", "", "by-app", "web"), vec!["web-1", "web-2"]),
+            (request("b", "", "by-app", "web"), vec!["web-2"]),
+            (request("", "", "by-app", "cache"), vec![]),
+            // The built-in indexes keep answering beside the declared ones.
+            (request("", "", "node-name", "n2"), vec!["db-1"]),
+        ];
+        for (req, want) in cases {
+            assert_eq!(
+                names(&list(&pods(), &store, &req).unwrap()),
+                want,
+                "{req:?}"
+            );
+        }
+        store.set_named_indexes(
+            &[
+                ("by-app".to_owned(), "metadata.labels.app".to_owned()),
+                ("by-app".to_owned(), "spec.nodeName".to_owned()),
+            ]
+            .into(),
+        );
+        let status =
+            Status::from(list(&pods(), &store, &request("", "", "by-app", "web")).unwrap_err());
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert!(status.message().contains("by-app"), "{}", status.message());
     }
 
     #[test]

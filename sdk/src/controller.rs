@@ -16,7 +16,7 @@ use crate::action::Action;
 use crate::context::Context;
 use crate::kind::{KindScope, kind_of};
 use crate::request::Request;
-use crate::spec::{ControllerSpec, Mapping, MappingRule};
+use crate::spec::{ControllerSpec, IndexSpec, Mapping, MappingRule};
 
 /// The error type a reconcile's error is seen as by an error policy; downcast it to the
 /// reconcile's own error type when needed.
@@ -90,7 +90,9 @@ where
     }
 
     /// Events of `T` objects enqueue the `K` (same namespace) named by the `T`'s `field_path`
-    /// (e.g. `metadata.name`).
+    /// (e.g. `metadata.name`). A cluster-scoped `K` is named by the value alone (a Pod's
+    /// `spec.nodeName` → its Node); a cluster-scoped `T` names no namespaced `K` this way (see
+    /// [`watches_field_in`](Self::watches_field_in)).
     pub fn watches_field<T>(mut self, field_path: &str) -> Self
     where
         T: Resource<DynamicType = ()>,
@@ -98,8 +100,56 @@ where
     {
         let rule = MappingRule::Field {
             field_path: field_path.to_owned(),
+            namespace_path: None,
         };
         self.spec.mappings.push(mapping::<T>(rule));
+        self
+    }
+
+    /// Events of `T` objects enqueue the `K` named by the `T`'s `name_path` in the namespace at its
+    /// `namespace_path`: across scopes, e.g. a PersistentVolume's `spec.claimRef.name` and
+    /// `spec.claimRef.namespace` → its claim. The namespace path is ignored for a cluster-scoped `K`.
+    pub fn watches_field_in<T>(mut self, name_path: &str, namespace_path: &str) -> Self
+    where
+        T: Resource<DynamicType = ()>,
+        T::Scope: KindScope,
+    {
+        let rule = MappingRule::Field {
+            field_path: name_path.to_owned(),
+            namespace_path: Some(namespace_path.to_owned()),
+        };
+        self.spec.mappings.push(mapping::<T>(rule));
+        self
+    }
+
+    /// Events of `T` objects enqueue every `K` (fan-out: a Node change concerns every DaemonSet).
+    /// Every event of every `T` queues every key, so keep it to kinds that change rarely or to few
+    /// primaries; the queue coalesces a key already waiting.
+    pub fn watches_all<T>(mut self) -> Self
+    where
+        T: Resource<DynamicType = ()>,
+        T::Scope: KindScope,
+    {
+        self.spec.mappings.push(mapping::<T>(MappingRule::FanOut));
+        self
+    }
+
+    /// Declares a named index of the cache, as client-go's `AddIndexers`: the `T` objects by the
+    /// string at `field_path` (e.g. `spec.volumeName`; objects without one are left out). The
+    /// reconcile lists by it with [`CacheQuery::index`](crate::CacheQuery::index)`(name, value)`;
+    /// `T` gets an informer as with [`reads`](Self::reads). `name` must be a DNS-1123 label other than
+    /// the built-in `namespace`, `owner-uid` and `node-name`, or the coordinator refuses the
+    /// controller, saying why.
+    pub fn index<T>(mut self, name: &str, field_path: &str) -> Self
+    where
+        T: Resource<DynamicType = ()>,
+        T::Scope: KindScope,
+    {
+        self.spec.indexes.push(IndexSpec {
+            kind: kind_of::<T>(),
+            name: name.to_owned(),
+            field_path: field_path.to_owned(),
+        });
         self
     }
 
@@ -200,5 +250,64 @@ where
     Mapping {
         kind: kind_of::<T>(),
         rule,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+
+    use super::*;
+
+    #[test]
+    fn each_mapping_method_declares_its_rule_and_index_declares_a_named_index() {
+        let controller = Controller::<Node>::new("nodes")
+            .watches_field::<Pod>("spec.nodeName")
+            .watches_field_in::<Lease>("metadata.name", "metadata.namespace")
+            .watches_all::<PersistentVolumeClaim>()
+            .index::<Pod>("by-node", "spec.nodeName");
+        let rules: Vec<(String, MappingRule)> = controller
+            .spec
+            .mappings
+            .iter()
+            .map(|m| (m.kind.kind.clone(), m.rule.clone()))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                (
+                    "Pod".to_owned(),
+                    MappingRule::Field {
+                        field_path: "spec.nodeName".into(),
+                        namespace_path: None
+                    }
+                ),
+                (
+                    "Lease".to_owned(),
+                    MappingRule::Field {
+                        field_path: "metadata.name".into(),
+                        namespace_path: Some("metadata.namespace".into())
+                    }
+                ),
+                ("PersistentVolumeClaim".to_owned(), MappingRule::FanOut),
+            ]
+        );
+        assert_eq!(
+            controller.spec.indexes,
+            [IndexSpec {
+                kind: kind_of::<Pod>(),
+                name: "by-node".into(),
+                field_path: "spec.nodeName".into(),
+            }]
+        );
+        assert!(
+            !controller
+                .spec
+                .primary
+                .as_ref()
+                .is_some_and(|k| k.namespaced),
+            "a cluster-scoped primary"
+        );
     }
 }

@@ -13,5 +13,5 @@ pub use crate::clients::KubeClients;
 pub use crate::context::ControllerEnv;
 pub use crate::dyn_controller::WorkItem;
 pub use crate::outcome::Outcome;
-pub use crate::spec::{ControllerSpec, Mapping, MappingRule};
+pub use crate::spec::{ControllerSpec, IndexSpec, Mapping, MappingRule};
 pub use crate::writes::{Write, WriteJournal, WriteOp};

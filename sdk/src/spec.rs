@@ -24,6 +24,9 @@ pub struct ControllerSpec {
     pub reads: Vec<ResourceKind>,
     /// Reconcile every key again this often; `None` for never.
     pub resync: Option<Duration>,
+    /// Named indexes of the cache the reconcile lists by (client-go's `AddIndexers`); their kinds get
+    /// informers as [`reads`](Self::reads) do.
+    pub indexes: Vec<IndexSpec>,
 }
 
 impl ControllerSpec {
@@ -36,6 +39,7 @@ impl ControllerSpec {
             prefetch_owned: Vec::new(),
             reads: Vec::new(),
             resync: None,
+            indexes: Vec::new(),
         }
     }
 
@@ -44,14 +48,15 @@ impl ControllerSpec {
         self.primary.is_none()
     }
 
-    /// Every kind the spec names (primary, mapped, prefetched, read), duplicates included: what the
-    /// runtime uses to name the kinds of a reconcile's writes.
+    /// Every kind the spec names (primary, mapped, prefetched, read, indexed), duplicates included:
+    /// what the runtime uses to name the kinds of a reconcile's writes.
     pub fn kinds(&self) -> impl Iterator<Item = &ResourceKind> + '_ {
         self.primary
             .iter()
             .chain(self.mappings.iter().map(|m| &m.kind))
             .chain(&self.prefetch_owned)
             .chain(&self.reads)
+            .chain(self.indexes.iter().map(|i| &i.kind))
     }
 }
 
@@ -67,7 +72,8 @@ pub struct Mapping {
 /// The rule of a [`Mapping`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MappingRule {
-    /// The object's controller ownerReference, if it is of the primary kind.
+    /// The object's controller ownerReference, if it is of the primary kind. A cluster-scoped primary
+    /// may own objects of any scope; a namespaced primary owns only objects of its namespace.
     Owner,
     /// Every primary object in the same namespace whose label selector at `selector_path` (a map of
     /// labels or a `LabelSelector`) matches the object's labels.
@@ -75,11 +81,33 @@ pub enum MappingRule {
         /// Dotted path of the selector in the primary object, e.g. `spec.selector`.
         selector_path: String,
     },
-    /// The primary object (same namespace) named by the object's `field_path`.
+    /// The primary object named by the object's `field_path`, in the namespace at `namespace_path`
+    /// (by default the object's own; ignored for a cluster-scoped primary).
     Field {
-        /// Dotted path in the related object, e.g. `metadata.name`.
+        /// Dotted path of the primary's name in the related object, e.g. `metadata.name`.
         field_path: String,
+        /// Dotted path of the primary's namespace in the related object (e.g.
+        /// `spec.claimRef.namespace`); `None`: the related object's own namespace, so nothing when it
+        /// is cluster-scoped and the primary is namespaced.
+        namespace_path: Option<String>,
     },
+    /// Every primary object: an event on any object of the kind concerns them all (a Node → every
+    /// DaemonSet).
+    FanOut,
+}
+
+/// A named index of the cache: the objects of `kind` by the string at `field_path`, listed with
+/// [`CacheQuery::index`](crate::CacheQuery::index)`(name, value)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexSpec {
+    /// The kind indexed.
+    pub kind: ResourceKind,
+    /// The index's name: a DNS-1123 label, not one of the built-in indexes (`namespace`, `owner-uid`,
+    /// `node-name`).
+    pub name: String,
+    /// Dotted path of the indexed string, e.g. `spec.volumeName`; objects without a non-empty string
+    /// there are not in the index.
+    pub field_path: String,
 }
 
 #[cfg(test)]
@@ -99,5 +127,25 @@ mod tests {
         let kinds: Vec<_> = spec.kinds().cloned().collect();
         assert_eq!(kinds, [rs, pod.clone(), pod]);
         assert!(!spec.owner_graph());
+    }
+
+    #[test]
+    fn an_indexed_kind_counts_among_the_declared_kinds() {
+        let node = ResourceKind::new("", "v1", "Node", "nodes", false);
+        let mut spec = ControllerSpec::new("leases", Some(node.clone()));
+        let pvc = ResourceKind::new(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+        );
+        spec.indexes.push(IndexSpec {
+            kind: pvc.clone(),
+            name: "by-volume".into(),
+            field_path: "spec.volumeName".into(),
+        });
+        let kinds: Vec<_> = spec.kinds().cloned().collect();
+        assert_eq!(kinds, [node, pvc]);
     }
 }

@@ -461,6 +461,7 @@ mod arbitrary {
                         })),
                         _ => Some(proto::mapping::Rule::Field(proto::FieldRule {
                             field_path: string(rng),
+                            namespace_path: String::new(),
                         })),
                     },
                 })
@@ -473,6 +474,7 @@ mod arbitrary {
             bucket_qps: [0.0, f64::NAN, f64::INFINITY, -1.0, 1e-9, 10.0][rng.random_range(0..6)],
             bucket_burst: u32(rng),
             owner_graph: rng.random_range(0..8) == 0,
+            indexes: vec![],
         }
     }
 

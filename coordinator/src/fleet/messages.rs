@@ -6,6 +6,7 @@ use std::time::Duration;
 use flotilla_common::ResourceKind;
 use flotilla_proto as proto;
 
+use crate::informer::IndexSpec;
 use crate::queue::{BucketConfig, ControllerRateLimiterConfig, ExponentialBackoffConfig};
 
 /// What a peer may say, beyond which a message is refused (or, where refusing would stall a key, the
@@ -44,6 +45,8 @@ pub const MAX_RESOURCE_VERSION_BYTES: usize = 64;
 pub const MAX_ERROR_BYTES: usize = 4096;
 /// Most controllers one worker may run, and most mappings or kinds one spec may name.
 pub const MAX_CONTROLLERS: usize = 256;
+/// Most named indexes one spec may declare: each costs the coordinator a map entry per indexed object.
+pub const MAX_INDEXES: usize = 32;
 /// Longest backoff a spec may ask for: a day (client-go's default maximum is 1000 s).
 const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
 /// Bounds of a spec's bucket: slower than one item per 100 s stalls a controller; faster than this is
@@ -74,12 +77,19 @@ pub struct Held {
 /// How events of a related kind become keys of a controller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MappingRule {
-    /// The object's controller ownerReference, when it names the primary kind.
+    /// The object's controller ownerReference, when it names the primary kind (and, for a namespaced
+    /// primary, the object is namespaced: a namespaced owner shares its dependent's namespace).
     Owner,
     /// Primary objects in the same namespace whose selector at this path matches the object's labels.
     Selector(String),
-    /// The primary object named by the value at this path, in the same namespace.
-    Field(String),
+    /// The primary object named by the string at `name_path`, in the namespace at `namespace_path`
+    /// (`None`: the object's own). A cluster-scoped primary is named by the name alone.
+    Field {
+        name_path: String,
+        namespace_path: Option<String>,
+    },
+    /// Every primary object.
+    FanOut,
 }
 
 /// A related kind and its rule.
@@ -109,6 +119,8 @@ pub struct ControllerSpec {
     pub watches: Vec<ResourceKind>,
     pub resync: Option<Duration>,
     pub rate_limiter: ControllerRateLimiterConfig,
+    /// Named indexes the controller lists by; their kinds need informers as `watches` do.
+    pub indexes: Vec<IndexSpec>,
 }
 
 impl ControllerSpec {
@@ -122,6 +134,7 @@ impl ControllerSpec {
         kinds.extend(self.mappings.iter().map(|m| m.kind.clone()));
         kinds.extend(self.prefetch_owned.iter().cloned());
         kinds.extend(self.watches.iter().cloned());
+        kinds.extend(self.indexes.iter().map(|i| i.kind.clone()));
         kinds.sort();
         kinds.dedup();
         kinds
@@ -251,12 +264,72 @@ fn field_path(path: &str, field: &'static str) -> Result<(), ConvertError> {
     Ok(())
 }
 
+/// A mapping's rule, its paths checked.
+fn mapping_rule(rule: Option<proto::mapping::Rule>) -> Result<MappingRule, ConvertError> {
+    Ok(match rule {
+        Some(proto::mapping::Rule::Owner(_)) => MappingRule::Owner,
+        Some(proto::mapping::Rule::Selector(r)) => {
+            field_path(&r.selector_path, "mapping.selector_path")?;
+            MappingRule::Selector(r.selector_path)
+        }
+        Some(proto::mapping::Rule::Field(r)) => {
+            field_path(&r.field_path, "mapping.field_path")?;
+            let namespace_path = if r.namespace_path.is_empty() {
+                None
+            } else {
+                field_path(&r.namespace_path, "mapping.namespace_path")?;
+                Some(r.namespace_path)
+            };
+            MappingRule::Field {
+                name_path: r.field_path,
+                namespace_path,
+            }
+        }
+        Some(proto::mapping::Rule::FanOut(_)) => MappingRule::FanOut,
+        None => return Err(ConvertError::Missing("mapping.rule")),
+    })
+}
+
+/// A spec's named indexes: at most [`MAX_INDEXES`], each with a valid kind and path and a name that is
+/// a DNS-1123 label, not a built-in index's, and not declared twice for one kind.
+fn indexes(declared: Vec<proto::IndexSpec>) -> Result<Vec<IndexSpec>, ConvertError> {
+    at_most(&declared, MAX_INDEXES, "spec.indexes")?;
+    let mut out: Vec<IndexSpec> = Vec::with_capacity(declared.len());
+    for i in declared {
+        flotilla_common::validate_label(&i.name)
+            .map_err(|reason| invalid("index.name", format!("{:?}: {reason}", i.name)))?;
+        if flotilla_common::BUILTIN_INDEXES.contains(&i.name.as_str()) {
+            return Err(invalid(
+                "index.name",
+                format!(
+                    "{:?} is a built-in index; declare yours under another name",
+                    i.name
+                ),
+            ));
+        }
+        field_path(&i.field_path, "index.field_path")?;
+        let kind = kind(i.kind, "index.kind")?;
+        if out.iter().any(|o| o.kind == kind && o.name == i.name) {
+            return Err(invalid(
+                "index.name",
+                format!("index {:?} of {kind} is declared twice", i.name),
+            ));
+        }
+        out.push(IndexSpec {
+            kind,
+            name: i.name,
+            field_path: i.field_path,
+        });
+    }
+    Ok(out)
+}
+
 impl TryFrom<proto::ControllerSpec> for ControllerSpec {
     type Error = ConvertError;
 
     /// Checks every field: a name that is a DNS-1123 label, at most [`MAX_CONTROLLERS`] mappings and
-    /// kinds of each sort, a resync in [`RESYNC_RANGE`] (or none), a rate limiter within bounds. Specs
-    /// loaded from etcd go through here too.
+    /// kinds of each sort, a resync in [`RESYNC_RANGE`] (or none), a rate limiter within bounds, named
+    /// indexes as [`indexes`] checks them. Specs loaded from etcd go through here too.
     fn try_from(s: proto::ControllerSpec) -> Result<Self, ConvertError> {
         controller_name(&s.name, "spec.name")?;
         at_most(&s.mappings, MAX_CONTROLLERS, "spec.mappings")?;
@@ -300,18 +373,7 @@ impl TryFrom<proto::ControllerSpec> for ControllerSpec {
         }
         let mut mappings = Vec::with_capacity(s.mappings.len());
         for m in s.mappings {
-            let rule = match m.rule {
-                Some(proto::mapping::Rule::Owner(_)) => MappingRule::Owner,
-                Some(proto::mapping::Rule::Selector(r)) => {
-                    field_path(&r.selector_path, "mapping.selector_path")?;
-                    MappingRule::Selector(r.selector_path)
-                }
-                Some(proto::mapping::Rule::Field(r)) => {
-                    field_path(&r.field_path, "mapping.field_path")?;
-                    MappingRule::Field(r.field_path)
-                }
-                _ => return Err(ConvertError::Missing("mapping.rule")),
-            };
+            let rule = mapping_rule(m.rule)?;
             mappings.push(Mapping {
                 kind: kind(m.kind, "mapping.kind")?,
                 rule,
@@ -360,6 +422,7 @@ impl TryFrom<proto::ControllerSpec> for ControllerSpec {
                 .collect::<Result<_, _>>()?,
             resync,
             rate_limiter,
+            indexes: indexes(s.indexes)?,
         })
     }
 }

@@ -66,6 +66,7 @@ prop_compose! {
         proto::ControllerSpec {
             name, primary, mappings: vec![], prefetch_owned: vec![], watches, resync_seconds,
             backoff_base_ms, backoff_max_ms, bucket_qps, bucket_burst, owner_graph,
+            indexes: vec![],
         }
     }
 }
@@ -217,4 +218,182 @@ fn a_done_with_an_unknown_outcome_is_refused() {
         ..Default::default()
     });
     assert!(refused.is_err());
+}
+
+fn configmaps() -> proto::ResourceKind {
+    proto::ResourceKind {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+        plural: "configmaps".into(),
+        namespaced: true,
+    }
+}
+
+fn nodes() -> proto::ResourceKind {
+    proto::ResourceKind {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Node".into(),
+        plural: "nodes".into(),
+        namespaced: false,
+    }
+}
+
+/// A spec of a cluster-scoped primary (Nodes) with `mappings` and `indexes`.
+fn spec_with(
+    mappings: Vec<proto::Mapping>,
+    indexes: Vec<proto::IndexSpec>,
+) -> proto::ControllerSpec {
+    proto::ControllerSpec {
+        name: "rules".into(),
+        primary: Some(nodes()),
+        mappings,
+        indexes,
+        ..Default::default()
+    }
+}
+
+fn field(field_path: &str, namespace_path: &str) -> proto::Mapping {
+    proto::Mapping {
+        kind: Some(configmaps()),
+        rule: Some(proto::mapping::Rule::Field(proto::FieldRule {
+            field_path: field_path.into(),
+            namespace_path: namespace_path.into(),
+        })),
+    }
+}
+
+fn index(name: &str, field_path: &str) -> proto::IndexSpec {
+    proto::IndexSpec {
+        kind: Some(configmaps()),
+        name: name.into(),
+        field_path: field_path.into(),
+    }
+}
+
+#[test]
+fn fan_out_and_field_rules_with_or_without_a_namespace_path_convert() {
+    let fan_out = proto::Mapping {
+        kind: Some(configmaps()),
+        rule: Some(proto::mapping::Rule::FanOut(proto::FanOutRule {})),
+    };
+    let spec = ControllerSpec::try_from(spec_with(
+        vec![
+            fan_out,
+            field("data.node", ""),
+            field("data.name", "data.namespace"),
+        ],
+        vec![],
+    ))
+    .unwrap();
+    let rules: Vec<MappingRule> = spec.mappings.into_iter().map(|m| m.rule).collect();
+    assert_eq!(
+        rules,
+        [
+            MappingRule::FanOut,
+            MappingRule::Field {
+                name_path: "data.node".into(),
+                namespace_path: None
+            },
+            MappingRule::Field {
+                name_path: "data.name".into(),
+                namespace_path: Some("data.namespace".into())
+            },
+        ]
+    );
+    let refused = ControllerSpec::try_from(spec_with(vec![field("data.name", "data..ns")], vec![]));
+    assert!(
+        matches!(
+            refused,
+            Err(ConvertError::Invalid {
+                field: "mapping.namespace_path",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn an_old_workers_field_rule_without_a_namespace_path_decodes_as_same_namespace() {
+    use prost::Message;
+    // FieldRule as workers before namespace_path encoded it: field 1 only.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct OldFieldRule {
+        #[prost(string, tag = "1")]
+        field_path: String,
+    }
+    let old = OldFieldRule {
+        field_path: "metadata.name".into(),
+    }
+    .encode_to_vec();
+    let decoded = proto::FieldRule::decode(old.as_slice()).unwrap();
+    let spec = ControllerSpec::try_from(spec_with(
+        vec![proto::Mapping {
+            kind: Some(configmaps()),
+            rule: Some(proto::mapping::Rule::Field(decoded)),
+        }],
+        vec![],
+    ))
+    .unwrap();
+    assert_eq!(
+        spec.mappings[0].rule,
+        MappingRule::Field {
+            name_path: "metadata.name".into(),
+            namespace_path: None
+        }
+    );
+    assert!(spec.indexes.is_empty());
+}
+
+#[test]
+fn named_indexes_convert_and_their_kinds_need_informers() {
+    let spec =
+        ControllerSpec::try_from(spec_with(vec![], vec![index("by-node", "data.node")])).unwrap();
+    assert_eq!(spec.indexes.len(), 1);
+    assert_eq!(spec.indexes[0].name, "by-node");
+    assert_eq!(spec.indexes[0].field_path, "data.node");
+    let kinds: Vec<String> = spec.kinds().iter().map(|k| k.kind.clone()).collect();
+    assert_eq!(kinds, ["ConfigMap", "Node"]);
+}
+
+#[test]
+fn a_bad_index_name_path_or_count_is_refused_naming_the_field_and_why() {
+    let refused = |indexes| match ControllerSpec::try_from(spec_with(vec![], indexes)) {
+        Err(ConvertError::Invalid { field, reason }) => (field, reason),
+        other => panic!("{other:?}"),
+    };
+    let (field, reason) = refused(vec![index("By_Node", "data.node")]);
+    assert_eq!(field, "index.name");
+    assert!(reason.contains("By_Node"), "{reason}");
+    let (field, reason) = refused(vec![index("owner-uid", "data.node")]);
+    assert_eq!(field, "index.name");
+    assert!(reason.contains("built-in"), "{reason}");
+    let (field, reason) = refused(vec![
+        index("by-node", "data.node"),
+        index("by-node", "data.x"),
+    ]);
+    assert_eq!(field, "index.name");
+    assert!(reason.contains("twice"), "{reason}");
+    assert_eq!(
+        refused(vec![index("by-node", ".data")]).0,
+        "index.field_path"
+    );
+    assert_eq!(
+        refused(vec![index(&"x".repeat(64), "data.node")]).0,
+        "index.name"
+    );
+    let many = (0..=MAX_INDEXES)
+        .map(|i| index(&format!("i{i}"), "data.node"))
+        .collect();
+    assert_eq!(refused(many).0, "spec.indexes");
+    let missing_kind = proto::IndexSpec {
+        kind: None,
+        ..index("by-node", "data.node")
+    };
+    assert!(matches!(
+        ControllerSpec::try_from(spec_with(vec![], vec![missing_kind])),
+        Err(ConvertError::Missing("index.kind"))
+    ));
 }

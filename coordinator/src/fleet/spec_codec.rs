@@ -19,10 +19,24 @@ pub fn encode(spec: &ControllerSpec) -> Vec<u8> {
                         selector_path: path.clone(),
                     })
                 }
-                MappingRule::Field(path) => proto::mapping::Rule::Field(proto::FieldRule {
-                    field_path: path.clone(),
+                MappingRule::Field {
+                    name_path,
+                    namespace_path,
+                } => proto::mapping::Rule::Field(proto::FieldRule {
+                    field_path: name_path.clone(),
+                    namespace_path: namespace_path.clone().unwrap_or_default(),
                 }),
+                MappingRule::FanOut => proto::mapping::Rule::FanOut(proto::FanOutRule {}),
             }),
+        })
+        .collect();
+    let indexes = spec
+        .indexes
+        .iter()
+        .map(|i| proto::IndexSpec {
+            kind: Some((&i.kind).into()),
+            name: i.name.clone(),
+            field_path: i.field_path.clone(),
         })
         .collect();
     let limiter = spec.rate_limiter;
@@ -42,6 +56,7 @@ pub fn encode(spec: &ControllerSpec) -> Vec<u8> {
         backoff_max_ms: u64::try_from(limiter.backoff.max_delay.as_millis()).unwrap_or(u64::MAX),
         bucket_qps: limiter.bucket.qps,
         bucket_burst: limiter.bucket.burst,
+        indexes,
     }
     .encode_to_vec()
 }
@@ -74,6 +89,7 @@ mod tests {
             watches: vec![],
             resync: Some(Duration::from_secs(30)),
             rate_limiter: Default::default(),
+            indexes: vec![],
         };
         let decoded = proto::ControllerSpec::decode(encode(&spec).as_slice()).unwrap();
         assert_eq!(ControllerSpec::try_from(decoded).unwrap(), spec);
@@ -89,9 +105,51 @@ mod tests {
             watches: vec![],
             resync: None,
             rate_limiter: Default::default(),
+            indexes: vec![],
         };
         let encoded = proto::ControllerSpec::decode(encode(&spec).as_slice()).unwrap();
         assert!(encoded.primary.is_none() && encoded.owner_graph);
         assert_eq!(ControllerSpec::try_from(encoded).unwrap(), spec);
+    }
+
+    #[test]
+    fn fan_out_cross_scope_field_rules_and_named_indexes_survive_the_round_trip() {
+        let pvc = ResourceKind::new(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+        );
+        let pv = ResourceKind::new("", "v1", "PersistentVolume", "persistentvolumes", false);
+        let node = ResourceKind::new("", "v1", "Node", "nodes", false);
+        let spec = ControllerSpec {
+            name: "claims".into(),
+            primary: Primary::Kind(pvc.clone()),
+            mappings: vec![
+                Mapping {
+                    kind: pv,
+                    rule: MappingRule::Field {
+                        name_path: "spec.claimRef.name".into(),
+                        namespace_path: Some("spec.claimRef.namespace".into()),
+                    },
+                },
+                Mapping {
+                    kind: node,
+                    rule: MappingRule::FanOut,
+                },
+            ],
+            prefetch_owned: vec![],
+            watches: vec![],
+            resync: None,
+            rate_limiter: Default::default(),
+            indexes: vec![crate::informer::IndexSpec {
+                kind: pvc,
+                name: "by-volume".into(),
+                field_path: "spec.volumeName".into(),
+            }],
+        };
+        let decoded = proto::ControllerSpec::decode(encode(&spec).as_slice()).unwrap();
+        assert_eq!(ControllerSpec::try_from(decoded).unwrap(), spec);
     }
 }

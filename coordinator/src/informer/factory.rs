@@ -19,8 +19,8 @@ use tracing::Instrument;
 use super::namespace_filter::{self, MatchingNamespaces};
 use super::scope::is_scoped_kind;
 use super::{
-    InformerEvent, InformerMetrics, InformerState, NamespaceScope, PartEvents, Store, Subscriber,
-    run_scoped_informer,
+    Declarations, IndexSpec, InformerEvent, InformerMetrics, InformerState, NamespaceScope,
+    PartEvents, Store, Subscriber, run_scoped_informer,
 };
 
 /// The process's informers (client-go's SharedInformerFactory); cheap to clone.
@@ -46,6 +46,9 @@ struct Inner {
     scope: NamespaceScope,
     /// With a namespace selector, the matching set, kept by a task started with the first informer.
     matching: Mutex<Option<MatchingNamespaces>>,
+    /// The named indexes controllers declared; every store of a declared kind keeps them. Locked
+    /// after `running` where both are.
+    indexes: Mutex<Declarations>,
 }
 
 struct Running {
@@ -116,6 +119,7 @@ impl Informers {
                 unserved_after,
                 scope,
                 matching: Mutex::new(None),
+                indexes: Mutex::default(),
             }),
         }
     }
@@ -180,6 +184,9 @@ impl Informers {
                 cancel: cancel.clone(),
             },
         );
+        state
+            .store
+            .set_named_indexes(&self.inner.indexes.lock().of_kind(kind));
         let span = tracing::info_span!("informer", kind = %kind);
         tracing::info!(%kind, "starting informer");
         let (parts, matching, make) = self.streams(kind);
@@ -244,6 +251,26 @@ impl Informers {
             futures::stream::select_all(streams).boxed()
         };
         (parts, matching, make)
+    }
+
+    /// Makes the stores keep the named indexes `controller` declares, replacing what it declared
+    /// before (`&[]` when it retires): a running store builds a new index over its objects at once, a
+    /// store started later builds it from the start, and an index no controller declares any more is
+    /// dropped. Two controllers declaring one name for a kind with different paths both get an index,
+    /// and a list by that name is refused as ambiguous (said here too, as a warning).
+    pub fn declare_indexes(&self, controller: &str, indexes: &[IndexSpec]) {
+        let running = self.inner.running.lock();
+        let mut declared = self.inner.indexes.lock();
+        for kind in declared.replace(controller, indexes) {
+            let wanted = declared.of_kind(&kind);
+            let names: Vec<&String> = wanted.iter().map(|(name, _)| name).collect();
+            if names.windows(2).any(|pair| pair[0] == pair[1]) {
+                tracing::warn!(%kind, controller, "an index name is declared with different paths; lists by it are refused");
+            }
+            if let Some(r) = running.get(&kind) {
+                r.store.set_named_indexes(&wanted);
+            }
+        }
     }
 
     /// Stops the informer of `kind` and forgets its cache (a retired controller's kind that no other

@@ -62,6 +62,11 @@ impl CachedObject {
         self.kind.object_key(self.namespace.as_deref(), &self.name)
     }
 
+    /// The non-empty string at dotted `path` of the object (`spec.volumeName`), if there is one.
+    pub fn string_at(&self, path: &str) -> Option<&str> {
+        flotilla_common::string_at(&self.value, path)
+    }
+
     /// Parses an object of `kind` as the API server sent it, strips `metadata.managedFields` and
     /// serializes the result once.
     ///

@@ -1,11 +1,12 @@
-//! One kind's cache: objects by key, and the indexes by namespace, controller owner UID, any owner UID,
-//! pod node name and label.
+//! One kind's cache: objects by key, the built-in indexes by namespace, controller owner UID, any owner
+//! UID, pod node name and label, and the named indexes controllers declared (see [`super::IndexSpec`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use super::named_index::IndexLookupError;
 use super::{CachedObject, InformerEvent, relist_diff};
 
 /// A read handle on one kind's cache; cheap to clone. Reads run concurrently; only the kind's
@@ -26,6 +27,9 @@ struct StoreInner {
     by_node_name: Index,
     /// [`label_slot`] of each label of each object.
     by_label: Index,
+    /// (name, dotted path) → the objects by the non-empty string at the path: the declared named
+    /// indexes. Two controllers may declare one name with different paths; both are kept.
+    named: BTreeMap<(String, String), Index>,
     /// The newest resourceVersion the store has applied.
     resource_version: u64,
 }
@@ -82,6 +86,42 @@ impl Store {
         keys.into_iter()
             .filter_map(|key| inner.objects.get(key).cloned())
             .collect()
+    }
+
+    /// The objects under `value` in the named index `name`.
+    ///
+    /// # Errors
+    /// [`IndexLookupError::Unknown`] when no index of that name is kept, and
+    /// [`IndexLookupError::Ambiguous`] when two declarations gave the name different paths.
+    pub fn by_index(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> Result<Vec<Arc<CachedObject>>, IndexLookupError> {
+        let inner = self.inner.read();
+        let mut named = inner.named.iter().filter(|((n, _), _)| n == name);
+        let Some(((_, path), index)) = named.next() else {
+            return Err(IndexLookupError::Unknown(name.to_owned()));
+        };
+        if let Some(((_, other), _)) = named.next() {
+            let mut paths = vec![path.clone(), other.clone()];
+            paths.extend(named.map(|((_, p), _)| p.clone()));
+            return Err(IndexLookupError::Ambiguous {
+                name: name.to_owned(),
+                paths,
+            });
+        }
+        Ok(index
+            .get(value)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| inner.objects.get(key).cloned())
+            .collect())
+    }
+
+    /// Every object's key, in order.
+    pub fn keys(&self) -> Vec<String> {
+        self.inner.read().objects.keys().cloned().collect()
     }
 
     /// How many objects are cached.
@@ -157,6 +197,23 @@ impl Store {
 }
 
 impl Store {
+    /// Keeps exactly the named indexes `wanted` ((name, dotted path) pairs): builds each new one over
+    /// the objects cached now, drops the rest. Later changes keep them current.
+    pub(crate) fn set_named_indexes(&self, wanted: &BTreeSet<(String, String)>) {
+        let mut inner = self.inner.write();
+        inner.named.retain(|slot, _| wanted.contains(slot));
+        for slot in wanted {
+            if inner.named.contains_key(slot) {
+                continue;
+            }
+            let mut index = Index::new();
+            for (key, object) in &inner.objects {
+                index_insert(&mut index, object.string_at(&slot.1), key);
+            }
+            inner.named.insert(slot.clone(), index);
+        }
+    }
+
     /// Removes every object for which `leaving` holds (a namespace that left the fleet's scope) and
     /// returns them in key order.
     pub(crate) fn remove_where(
@@ -192,6 +249,9 @@ impl StoreInner {
             let slot = label_slot(object.namespace.as_deref(), label, value);
             index_insert(&mut self.by_label, Some(&slot), &key);
         }
+        for ((_, path), index) in &mut self.named {
+            index_insert(index, object.string_at(path), &key);
+        }
         self.resource_version = self.resource_version.max(object.resource_version);
         self.objects.insert(key, object);
         old
@@ -212,6 +272,9 @@ impl StoreInner {
         for (label, value) in &old.labels {
             let slot = label_slot(old.namespace.as_deref(), label, value);
             index_remove(&mut self.by_label, Some(&slot), key);
+        }
+        for ((_, path), index) in &mut self.named {
+            index_remove(index, old.string_at(path), key);
         }
         Some(old)
     }
@@ -369,5 +432,76 @@ mod tests {
         assert_eq!(names(store.list()), ["a/kept", "a/new"]);
         assert_eq!(names(store.by_owner_uid("rs-1")), ["a/kept"]);
         assert_eq!(store.resource_version(), 5);
+    }
+
+    fn claim(ns: &str, name: &str, rv: u64, volume: Option<&str>) -> Arc<CachedObject> {
+        let kind = ResourceKind::new(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+        );
+        let value = json!({"metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
+            "resourceVersion": rv.to_string()}, "spec": {"volumeName": volume}});
+        Arc::new(CachedObject::from_value(&kind, value).unwrap())
+    }
+
+    fn by_volume() -> BTreeSet<(String, String)> {
+        [("by-volume".to_owned(), "spec.volumeName".to_owned())].into()
+    }
+
+    #[test]
+    fn a_named_index_is_built_over_the_cache_and_follows_updates_deletes_and_relists() {
+        let store = Store::default();
+        store.apply(claim("a", "data", 1, Some("pv-1")));
+        store.apply(claim("a", "unbound", 2, None));
+        store.set_named_indexes(&by_volume());
+        store.apply(claim("b", "logs", 3, Some("pv-1")));
+        let listed = |value: &str| names(store.by_index("by-volume", value).unwrap());
+        assert_eq!(listed("pv-1"), ["a/data", "b/logs"]);
+        store.apply(claim("a", "unbound", 4, Some("pv-2")));
+        store.apply(claim("a", "data", 5, Some("pv-2")));
+        assert_eq!(listed("pv-1"), ["b/logs"]);
+        assert_eq!(listed("pv-2"), ["a/data", "a/unbound"]);
+        store.delete("b/logs");
+        assert!(listed("pv-1").is_empty());
+        store.replace(vec![
+            claim("a", "data", 5, Some("pv-2")),
+            claim("c", "new", 6, Some("pv-1")),
+        ]);
+        assert_eq!(listed("pv-1"), ["c/new"]);
+        assert_eq!(listed("pv-2"), ["a/data"], "the relist dropped a/unbound");
+        store.delete("a/data");
+        store.delete("c/new");
+        assert!(
+            store.inner.read().named.values().all(BTreeMap::is_empty),
+            "no entry is left behind"
+        );
+    }
+
+    #[test]
+    fn an_undeclared_or_ambiguous_index_name_is_an_error_and_a_dropped_index_is_unknown() {
+        let store = Store::default();
+        store.apply(claim("a", "data", 1, Some("pv-1")));
+        assert_eq!(
+            store.by_index("by-volume", "pv-1").unwrap_err(),
+            IndexLookupError::Unknown("by-volume".into())
+        );
+        let mut both = by_volume();
+        both.insert(("by-volume".to_owned(), "spec.storageClassName".to_owned()));
+        store.set_named_indexes(&both);
+        assert!(matches!(
+            store.by_index("by-volume", "pv-1"),
+            Err(IndexLookupError::Ambiguous { paths, .. }) if paths.len() == 2
+        ));
+        store.set_named_indexes(&by_volume());
+        assert_eq!(
+            names(store.by_index("by-volume", "pv-1").unwrap()),
+            ["a/data"]
+        );
+        store.set_named_indexes(&BTreeSet::new());
+        assert!(store.by_index("by-volume", "pv-1").is_err());
+        assert_eq!(store.keys(), ["a/data"]);
     }
 }

@@ -60,11 +60,11 @@ impl Journal {
         })
     }
 
-    /// Appends `entry` as one JSON line in one write.
+    /// Appends `entry` (an [`Entry`], or another probe's line) as one JSON line in one write.
     ///
     /// # Errors
     /// [`JournalError::Io`] when the write fails or is short.
-    pub fn append(&self, entry: &Entry<'_>) -> Result<(), JournalError> {
+    pub fn append(&self, entry: &impl Serialize) -> Result<(), JournalError> {
         let mut line = serde_json::to_vec(entry).map_err(std::io::Error::from)?;
         line.push(b'\n');
         let written = (&self.file).write(&line)?;

@@ -4,9 +4,13 @@
 //!   to `--journal`, so a test can check that no key ever ran on two workers at once.
 //! - `one-child` keeps exactly one child ConfigMap per ConfigMap labelled `flotilla.dev/probe=parent`,
 //!   which only holds if the fleet gives read-your-writes.
+//! - `rules` journals, to `--journal`, each reconcile of a Namespace labelled `flotilla.dev/probe=rules`
+//!   with why it ran and what a named index listed for it: fan-out from Nodes, a ConfigMap field naming a
+//!   cluster-scoped primary, a named index (see `rules.rs`).
 
 mod journal;
 mod one_child;
+mod rules;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,10 +32,10 @@ pub const PROBE_LABEL: &str = "flotilla.dev/probe";
 struct Cli {
     #[command(flatten)]
     worker: WorkerFlags,
-    /// Controllers to run (`*`, `name`, `-name`): journal, one-child.
+    /// Controllers to run (`*`, `name`, `-name`): journal, one-child, rules.
     #[arg(long, value_delimiter = ',', default_value = "*")]
     controllers: Vec<String>,
-    /// The file the journal controller appends to (required when it runs).
+    /// The file the journal and rules controllers append to (required when either runs).
     #[arg(long)]
     journal: Option<PathBuf>,
     /// How long each journal reconcile takes, in milliseconds.
@@ -57,21 +61,27 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let selected = select_controllers(&cli.controllers, &["journal", "one-child"])?;
+    let selected = select_controllers(&cli.controllers, &["journal", "one-child", "rules"])?;
     let mut controllers = Vec::new();
-    if selected.contains(&"journal") {
+    let open_journal = || -> anyhow::Result<Arc<journal::Journal>> {
         let path = cli
             .journal
             .as_deref()
-            .context("--journal is required when the journal controller runs")?;
+            .context("--journal is required when the journal or rules controller runs")?;
         let journal = journal::Journal::open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
+        Ok(Arc::new(journal))
+    };
+    if selected.contains(&"journal") {
         let pause = Duration::from_millis(cli.reconcile_ms);
         controllers.push(
-            journal::controller(Arc::new(journal), pause)
+            journal::controller(open_journal()?, pause)
                 .concurrency(cli.concurrent_journal_syncs)
                 .into(),
         );
+    }
+    if selected.contains(&"rules") {
+        controllers.push(rules::controller(open_journal()?).into());
     }
     if selected.contains(&"one-child") {
         controllers.push(

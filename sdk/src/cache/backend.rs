@@ -16,8 +16,8 @@ use super::query::CacheQuery;
 ///
 /// An implementation must answer as the coordinator's `Cache` service does: `get` of a cluster-scoped
 /// kind ignores the namespace; `list` narrows by namespace, label selector and one index (`namespace`,
-/// `owner-uid`: the controller ownerReference's uid, `node-name`: a pod's `spec.nodeName`) and refuses
-/// an unknown index or a malformed selector with an error.
+/// `owner-uid`: the controller ownerReference's uid, `node-name`: a pod's `spec.nodeName`, or a named
+/// index declared for the kind) and refuses an unknown index or a malformed selector with an error.
 pub trait CacheBackend: Send + Sync {
     /// The cached object `namespace/name` of `kind`, if any.
     ///

@@ -1,11 +1,12 @@
 //! An in-memory [`CacheBackend`] for unit tests of reconciles: objects put in by the test, answered the
-//! way the coordinator's `Cache` service answers (same key rules, same indexes, same errors).
+//! way the coordinator's `Cache` service answers (same key rules, same indexes — the built-in ones and
+//! the named ones a test declares as its controller does — same errors).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flotilla_apimachinery::{LabelSelector, ResourceKind, SelectorError};
+use flotilla_apimachinery::{LabelSelector, ResourceKind, SelectorError, string_at};
 use futures::future::BoxFuture;
 use kube::Resource;
 use parking_lot::RwLock;
@@ -15,12 +16,16 @@ use super::backend::CacheBackend;
 use super::client::CacheError;
 use super::query::CacheQuery;
 use crate::kind::{KindScope, kind_of};
+use crate::spec::ControllerSpec;
 
 /// Why a [`MemoryCache`] refused a List (the source of [`CacheError::Request`]).
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryCacheError {
-    /// The query names an index the coordinator does not keep.
-    #[error("unknown index {0:?}: expected \"namespace\", \"owner-uid\" or \"node-name\"")]
+    /// The query names an index the coordinator does not keep: neither a built-in one nor one declared
+    /// for the kind ([`MemoryCache::with_index`]).
+    #[error(
+        "unknown index {0:?}: expected \"namespace\", \"owner-uid\", \"node-name\" or an index declared for the kind"
+    )]
     UnknownIndex(String),
     /// The query's label selector does not parse.
     #[error("bad label selector")]
@@ -47,6 +52,8 @@ pub enum MemoryCacheError {
 #[derive(Clone, Default)]
 pub struct MemoryCache {
     objects: Arc<RwLock<BTreeMap<(Resource3, String), Stored>>>,
+    /// (kind, index name) → the dotted path it indexes.
+    indexes: Arc<RwLock<BTreeMap<(Resource3, String), String>>>,
 }
 
 /// A kind as the cache compares kinds: group, version and plural.
@@ -54,6 +61,8 @@ type Resource3 = (String, String, String);
 
 struct Stored {
     json: Bytes,
+    /// The object as JSON, for named indexes (`Null` when it did not serialize).
+    value: serde_json::Value,
     namespace: Option<String>,
     labels: BTreeMap<String, String>,
     controller_uid: Option<String>,
@@ -69,6 +78,36 @@ fn resource3(kind: &ResourceKind) -> Resource3 {
 }
 
 impl MemoryCache {
+    /// The same cache answering the named index `name` of `T` (the `T`s by the string at
+    /// `field_path`), as the coordinator does for a controller built with
+    /// [`Controller::index`](crate::Controller::index)`::<T>(name, field_path)`.
+    pub fn with_index<T>(self, name: &str, field_path: &str) -> Self
+    where
+        T: Resource<DynamicType = ()>,
+        T::Scope: KindScope,
+    {
+        self.indexes.write().insert(
+            (resource3(&kind_of::<T>()), name.to_owned()),
+            field_path.to_owned(),
+        );
+        self
+    }
+
+    /// The same cache answering every named index `spec` declares (a controller's
+    /// [`DynController::spec`](crate::DynController::spec)).
+    pub fn with_indexes(self, spec: &ControllerSpec) -> Self {
+        {
+            let mut indexes = self.indexes.write();
+            for index in &spec.indexes {
+                indexes.insert(
+                    (resource3(&index.kind), index.name.clone()),
+                    index.field_path.clone(),
+                );
+            }
+        }
+        self
+    }
+
     /// The same cache with `object` put in.
     pub fn with<T>(self, object: &T) -> Self
     where
@@ -93,10 +132,9 @@ impl MemoryCache {
     pub fn insert_as<T: Resource + Serialize>(&self, kind: &ResourceKind, object: &T) {
         let meta = object.meta();
         let json = serde_json::to_vec(object).unwrap_or_default();
+        let value: serde_json::Value = serde_json::from_slice(&json).unwrap_or_default();
         let node_name = if kind.group.is_empty() && kind.kind == "Pod" {
-            serde_json::from_slice::<serde_json::Value>(&json)
-                .ok()
-                .and_then(|v| v["spec"]["nodeName"].as_str().map(str::to_owned))
+            string_at(&value, "spec.nodeName").map(str::to_owned)
         } else {
             None
         };
@@ -107,6 +145,7 @@ impl MemoryCache {
         );
         let stored = Stored {
             json: Bytes::from(json),
+            value,
             namespace,
             labels: meta.labels.clone().unwrap_or_default(),
             controller_uid: meta
@@ -136,6 +175,7 @@ impl MemoryCache {
         let selector = LabelSelector::parse(query.label_filter().unwrap_or_default())
             .map_err(|e| refuse(MemoryCacheError::BadSelector(e)))?;
         let namespace = query.namespace_filter().filter(|ns| !ns.is_empty());
+        let wanted = resource3(kind);
         // As the coordinator: no index (or the namespace index without a value) lists by the query's
         // namespace, which the filter below applies anyway.
         let index: Box<dyn Fn(&Stored) -> bool> = match query.index_filter() {
@@ -143,11 +183,16 @@ impl MemoryCache {
             Some(("namespace", v)) => Box::new(move |s| s.namespace.as_deref() == Some(v)),
             Some(("owner-uid", v)) => Box::new(move |s| s.controller_uid.as_deref() == Some(v)),
             Some(("node-name", v)) => Box::new(move |s| s.node_name.as_deref() == Some(v)),
-            Some((other, _)) => {
-                return Err(refuse(MemoryCacheError::UnknownIndex(other.to_owned())));
+            Some((name, v)) => {
+                let path = self
+                    .indexes
+                    .read()
+                    .get(&(wanted.clone(), name.to_owned()))
+                    .cloned()
+                    .ok_or_else(|| refuse(MemoryCacheError::UnknownIndex(name.to_owned())))?;
+                Box::new(move |s| string_at(&s.value, &path) == Some(v))
             }
         };
-        let wanted = resource3(kind);
         Ok(self
             .objects
             .read()
@@ -258,6 +303,58 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn a_declared_index_lists_by_the_string_at_its_path_and_only_for_its_kind() {
+        use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec};
+        let claim = |ns: &str, name: &str, volume: Option<&str>| {
+            let mut pvc = PersistentVolumeClaim::default();
+            pvc.metadata.name = Some(name.into());
+            pvc.metadata.namespace = Some(ns.into());
+            pvc.spec = Some(PersistentVolumeClaimSpec {
+                volume_name: volume.map(str::to_owned),
+                ..Default::default()
+            });
+            pvc
+        };
+        let controller = crate::Controller::<Node>::new("volumes")
+            .index::<PersistentVolumeClaim>("by-volume", "spec.volumeName");
+        let cache = MemoryCache::default()
+            .with_indexes(&controller.spec)
+            .with(&claim("a", "data", Some("pv-1")))
+            .with(&claim("b", "logs", Some("pv-1")))
+            .with(&claim("b", "unbound", None));
+        let client = CacheClient::new(Some(Arc::new(cache.clone())));
+        let names = |claims: Vec<PersistentVolumeClaim>| -> Vec<String> {
+            claims.into_iter().filter_map(|c| c.metadata.name).collect()
+        };
+        let by_volume = CacheQuery::all().index("by-volume", "pv-1");
+        assert_eq!(
+            names(client.list(&by_volume).await.unwrap()),
+            ["data", "logs"]
+        );
+        assert_eq!(
+            names(
+                client
+                    .list(&by_volume.clone().namespace("b"))
+                    .await
+                    .unwrap()
+            ),
+            ["logs"]
+        );
+        cache.insert(&claim("a", "data", Some("pv-2")));
+        assert_eq!(names(client.list(&by_volume).await.unwrap()), ["logs"]);
+        let err = client.list::<Pod>(&by_volume).await.unwrap_err();
+        assert!(
+            matches!(err, CacheError::Request(_)),
+            "an index of another kind is unknown"
+        );
+        let declared_directly = MemoryCache::default()
+            .with_index::<PersistentVolumeClaim>("by-volume", "spec.volumeName")
+            .with(&claim("a", "data", Some("pv-1")));
+        let client = CacheClient::new(Some(Arc::new(declared_directly)));
+        assert_eq!(names(client.list(&by_volume).await.unwrap()), ["data"]);
     }
 
     #[tokio::test]

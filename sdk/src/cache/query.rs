@@ -27,7 +27,9 @@ impl CacheQuery {
         self
     }
 
-    /// Only objects under `value` of the coordinator's index `name` (`namespace`, `owner-uid`, `node-name`).
+    /// Only objects under `value` of the coordinator's index `name`: a built-in one (`namespace`,
+    /// `owner-uid`, `node-name`) or one a controller of the fleet declared for the kind
+    /// ([`Controller::index`](crate::Controller::index)).
     pub fn index(mut self, name: &str, value: &str) -> Self {
         self.index = Some((name.to_owned(), value.to_owned()));
         self

@@ -20,12 +20,24 @@ pub(crate) fn spec(spec: &ControllerSpec) -> proto::ControllerSpec {
                         selector_path: selector_path.clone(),
                     })
                 }
-                MappingRule::Field { field_path } => {
-                    proto::mapping::Rule::Field(proto::FieldRule {
-                        field_path: field_path.clone(),
-                    })
-                }
+                MappingRule::Field {
+                    field_path,
+                    namespace_path,
+                } => proto::mapping::Rule::Field(proto::FieldRule {
+                    field_path: field_path.clone(),
+                    namespace_path: namespace_path.clone().unwrap_or_default(),
+                }),
+                MappingRule::FanOut => proto::mapping::Rule::FanOut(proto::FanOutRule {}),
             }),
+        })
+        .collect();
+    let indexes = spec
+        .indexes
+        .iter()
+        .map(|i| proto::IndexSpec {
+            kind: Some((&i.kind).into()),
+            name: i.name.clone(),
+            field_path: i.field_path.clone(),
         })
         .collect();
     proto::ControllerSpec {
@@ -37,6 +49,7 @@ pub(crate) fn spec(spec: &ControllerSpec) -> proto::ControllerSpec {
         watches: spec.reads.iter().map(Into::into).collect(),
         // The protocol counts whole seconds; a sub-second period still resyncs, every second.
         resync_seconds: spec.resync.map_or(0, |d| d.as_secs().max(1)),
+        indexes,
         ..Default::default()
     }
 }
@@ -159,6 +172,7 @@ mod tests {
             },
             MappingRule::Field {
                 field_path: "metadata.name".into(),
+                namespace_path: None,
             },
         ] {
             sdk.mappings.push(Mapping {
@@ -186,7 +200,8 @@ mod tests {
                     selector_path: "spec.selector".into()
                 }),
                 proto::mapping::Rule::Field(proto::FieldRule {
-                    field_path: "metadata.name".into()
+                    field_path: "metadata.name".into(),
+                    namespace_path: String::new(),
                 }),
             ]
         );
@@ -194,6 +209,60 @@ mod tests {
         assert_eq!(wire.watches.len(), 1);
         assert_eq!(wire.resync_seconds, 1);
         assert!(spec(&ControllerSpec::new("gc", None)).owner_graph);
+    }
+
+    #[test]
+    fn fan_out_cross_scope_field_rules_and_named_indexes_go_on_the_wire() {
+        let node = ResourceKind::new("", "v1", "Node", "nodes", false);
+        let pv = ResourceKind::new("", "v1", "PersistentVolume", "persistentvolumes", false);
+        let pvc = ResourceKind::new(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+        );
+        let mut sdk = ControllerSpec::new("claims", Some(pvc.clone()));
+        sdk.mappings.push(Mapping {
+            kind: node,
+            rule: MappingRule::FanOut,
+        });
+        sdk.mappings.push(Mapping {
+            kind: pv.clone(),
+            rule: MappingRule::Field {
+                field_path: "spec.claimRef.name".into(),
+                namespace_path: Some("spec.claimRef.namespace".into()),
+            },
+        });
+        sdk.indexes.push(flotilla_sdk::host::IndexSpec {
+            kind: pvc.clone(),
+            name: "by-volume".into(),
+            field_path: "spec.volumeName".into(),
+        });
+        let wire = spec(&sdk);
+        let rules: Vec<_> = wire
+            .mappings
+            .iter()
+            .map(|m| m.rule.clone().unwrap())
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                proto::mapping::Rule::FanOut(proto::FanOutRule {}),
+                proto::mapping::Rule::Field(proto::FieldRule {
+                    field_path: "spec.claimRef.name".into(),
+                    namespace_path: "spec.claimRef.namespace".into(),
+                }),
+            ]
+        );
+        assert_eq!(
+            wire.indexes,
+            [proto::IndexSpec {
+                kind: Some((&pvc).into()),
+                name: "by-volume".into(),
+                field_path: "spec.volumeName".into(),
+            }]
+        );
     }
 
     #[test]

@@ -91,6 +91,9 @@ impl Dispatcher {
         for kind in spec.kinds() {
             self.ctx.informers.ensure(&kind);
         }
+        self.ctx
+            .informers
+            .declare_indexes(&spec.name, &spec.indexes);
         let limiter = match spec.rate_limiter.build::<String>() {
             Ok(limiter) => limiter,
             Err(err) => {
@@ -284,6 +287,7 @@ impl Dispatcher {
         warn!(controller = name, after = ?self.ctx.config.controller_retire_after, keys = state.queue.len(),
             "retiring a controller no live worker runs: dropping its queue and spec");
         self.routes.remove(name);
+        self.ctx.informers.declare_indexes(name, &[]);
         for w in self.workers.values_mut() {
             w.backlog.remove(name);
         }
