@@ -8,6 +8,8 @@ use flotilla_apimachinery::ResourceKind;
 use kube::Resource;
 use kube::api::DynamicObject;
 use kube::runtime::events::{Recorder, Reporter};
+
+use crate::recorder::EventRecorder;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
@@ -55,7 +57,7 @@ pub struct ControllerEnv {
     worker_id: Arc<str>,
     controller: Arc<str>,
     clients: Arc<dyn KubeClients>,
-    recorder: OnceLock<Recorder>,
+    recorder: OnceLock<EventRecorder>,
     cache: CacheSlot,
 }
 
@@ -170,16 +172,17 @@ impl Context {
             .collect()
     }
 
-    /// An event recorder reporting as this controller on this worker. Events are not reported as
-    /// writes: no key waits for them.
-    pub fn recorder(&self) -> &Recorder {
+    /// An event recorder reporting as this controller on this worker, shared by its reconciles: repeats
+    /// of an event become a series, and an object gets at most a burst of 25 events, then one per 5
+    /// minutes (client-go's spam filter). Events are not reported as writes: no key waits for them.
+    pub fn recorder(&self) -> &EventRecorder {
         let env = &self.inner.env;
         env.recorder.get_or_init(|| {
             let reporter = Reporter {
                 controller: env.controller.to_string(),
                 instance: Some(env.worker_id.to_string()),
             };
-            Recorder::new(env.clients.plain_client(), reporter)
+            EventRecorder::new(Recorder::new(env.clients.plain_client(), reporter))
         })
     }
 

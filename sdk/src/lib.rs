@@ -34,7 +34,9 @@ mod dyn_controller;
 pub mod host;
 mod kind;
 mod outcome;
+mod recorder;
 mod request;
+mod spam_filter;
 mod spec;
 mod test_context;
 mod writes;
@@ -45,6 +47,7 @@ pub use context::{Context, ContextError};
 pub use controller::{Controller, DEFAULT_CONCURRENCY, ReconcileError};
 pub use dyn_controller::DynController;
 pub use kind::{KindScope, kind_of};
+pub use recorder::EventRecorder;
 pub use request::Request;
 pub use test_context::TestContext;
 
