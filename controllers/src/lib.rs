@@ -3,8 +3,8 @@
 //! `replicationcontroller`), `deployment`, `garbagecollector` and `namespace`, with the helpers they
 //! share (`claim`, `controller_ref`, `events`).
 //!
-//! [`builtins`] is the registry: each controller's name, `--concurrent-<flag>-syncs` flag and default
-//! concurrency, listed once.
+//! [`builtins`] is the registry: each controller's name, `--concurrent-<flag>-syncs` flag, default
+//! concurrency and RBAC grants, listed once; [`rbac`] has the rules a fleet's roles need.
 
 mod claim;
 mod controller_ref;
@@ -12,6 +12,7 @@ mod deployment;
 mod events;
 mod garbagecollector;
 mod namespace;
+pub mod rbac;
 mod registry;
 mod replicaset;
 mod serviceaccount;

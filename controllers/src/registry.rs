@@ -1,11 +1,13 @@
-//! The registry of built-in controllers: each one's name, its `--concurrent-<flag>-syncs` flag and its
-//! default concurrency, listed once, here. `flotilla worker` grows a flag per entry and `--controllers`
-//! picks entries by name, without editing the command.
+//! The registry of built-in controllers: each one's name, its `--concurrent-<flag>-syncs` flag, its
+//! default concurrency and the RBAC grants its reconcile needs, listed once, here. `flotilla worker`
+//! grows a flag per entry, `--controllers` picks entries by name and `flotilla rbac` unites their
+//! grants, without editing the commands.
 
 use flotilla_sdk::DynController;
 use flotilla_sdk::k8s_openapi::api::apps::v1::ReplicaSet;
 use flotilla_sdk::k8s_openapi::api::core::v1::ReplicationController;
 
+use crate::rbac::{self, Rules};
 use crate::{deployment, garbagecollector, namespace, replicaset, serviceaccount};
 
 /// One built-in controller.
@@ -20,12 +22,19 @@ pub struct Builtin {
     /// kube-controller-manager's default of `--concurrent-<flag>-syncs`.
     pub default_concurrency: u32,
     build: fn(&str) -> DynController,
+    worker_rules: fn() -> Rules,
 }
 
 impl Builtin {
     /// The controller, at its default concurrency.
     pub fn controller(&self) -> DynController {
         (self.build)(self.name).with_concurrency(self.default_concurrency)
+    }
+
+    /// What the controller's reconcile asks of the Kubernetes API: the RBAC grants a worker running
+    /// it needs (see [`crate::rbac`]).
+    pub fn worker_rules(&self) -> Rules {
+        (self.worker_rules)()
     }
 }
 
@@ -41,36 +50,42 @@ pub fn builtins() -> &'static [Builtin] {
             // `--concurrent-serviceaccount-syncs` with that default.
             default_concurrency: 1,
             build: |name| serviceaccount::controller(name).into(),
+            worker_rules: rbac::serviceaccount,
         },
         Builtin {
             name: "replicaset",
             flag: "replicaset",
             default_concurrency: 5,
             build: |name| replicaset::controller::<ReplicaSet>(name).into(),
+            worker_rules: rbac::replicaset,
         },
         Builtin {
             name: "deployment",
             flag: "deployment",
             default_concurrency: 5,
             build: |name| deployment::controller(name).into(),
+            worker_rules: rbac::deployment,
         },
         Builtin {
             name: "replicationcontroller",
             flag: "rc",
             default_concurrency: 5,
             build: |name| replicaset::controller::<ReplicationController>(name).into(),
+            worker_rules: rbac::replicationcontroller,
         },
         Builtin {
             name: "garbagecollector",
             flag: "gc",
             default_concurrency: 20,
             build: |name| garbagecollector::controller(name).into(),
+            worker_rules: rbac::garbagecollector,
         },
         Builtin {
             name: "namespace",
             flag: "namespace",
             default_concurrency: 10,
             build: |name| namespace::controller(name).into(),
+            worker_rules: rbac::namespace,
         },
     ]
 }

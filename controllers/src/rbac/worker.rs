@@ -1,0 +1,181 @@
+//! What each built-in controller's reconcile asks of the Kubernetes API, as RBAC grants: the rules of
+//! a worker's ClusterRole. A worker reads through the coordinator's cache, so only the live reads a
+//! controller makes (re-checks before adoption, a taken name, an owner's existence) need `get`; lists
+//! and watches are the coordinator's ([`super::coordinator_rules`]).
+//!
+//! Each function is named after its controller and is referenced once, from the registry. When a
+//! reconcile starts making a new request, its grant goes here, with the reason.
+
+use super::rules::{ALL, Rules};
+
+/// Events go through kube-rs's `Recorder`, which posts `events.k8s.io/v1` Events and patches a
+/// repeated one into a series.
+fn events() -> Rules {
+    Rules::new().grant("events.k8s.io", &["events"], &["create", "patch"])
+}
+
+/// Creates the `default` ServiceAccount of a namespace (its existence is read from the cache).
+pub(crate) fn serviceaccount() -> Rules {
+    Rules::new().grant("", &["serviceaccounts"], &["create"])
+}
+
+/// The replica controllers, for owner resource `owners` in `group`: pods are created and deleted,
+/// adopted and released (merge patches of their ownerReferences); the owner is read live before an
+/// adoption and its status merge-patched; `<owners>/finalizers` `update` lets the pods it creates
+/// and adopts carry `blockOwnerDeletion`, which the `OwnerReferencesPermissionEnforcement`
+/// admission plugin requires where it is enabled (upstream's roles grant it for that reason).
+fn replicas(group: &str, owners: &str) -> Rules {
+    let status = format!("{owners}/status");
+    let finalizers = format!("{owners}/finalizers");
+    let mut rules = Rules::new()
+        .grant("", &["pods"], &["create", "delete", "patch"])
+        .grant(group, &[owners], &["get"])
+        .grant(group, &[&status], &["patch"])
+        .grant(group, &[&finalizers], &["update"]);
+    rules.extend(&events());
+    rules
+}
+
+/// ReplicaSets' pods (see [`replicas`]).
+pub(crate) fn replicaset() -> Rules {
+    replicas("apps", "replicasets")
+}
+
+/// ReplicationControllers' pods (see [`replicas`]).
+pub(crate) fn replicationcontroller() -> Rules {
+    replicas("", "replicationcontrollers")
+}
+
+/// Deployments: ReplicaSets are created, read when their name is taken, updated (annotations and
+/// `minReadySeconds`), scaled, adopted and released (merge patches), and deleted by the history
+/// cleanup; the Deployment is read live before an adoption, its status replaced through
+/// `deployments/status` (a merge patch of the revision annotation when a server drops metadata
+/// there), and `deployments/finalizers` `update` lets its ReplicaSets carry `blockOwnerDeletion`
+/// (see [`replicas`]).
+pub(crate) fn deployment() -> Rules {
+    let mut rules = Rules::new()
+        .grant(
+            "apps",
+            &["replicasets"],
+            &["create", "delete", "get", "patch", "update"],
+        )
+        .grant("apps", &["deployments"], &["get", "patch"])
+        .grant("apps", &["deployments/status"], &["update"])
+        .grant("apps", &["deployments/finalizers"], &["update"]);
+    rules.extend(&events());
+    rules
+}
+
+/// The garbage collector acts on every resource of the owner graph, custom resources included: a
+/// live `get` of each owner, merge patches of ownerReferences and finalizers, and deletes. Which
+/// resources is discovered at run time, hence the wildcards (upstream's role has them too).
+pub(crate) fn garbagecollector() -> Rules {
+    Rules::new().grant(ALL, &[ALL], &["delete", "get", "patch"])
+}
+
+/// The namespace controller reads the terminating namespace live, lists and deletes (one by one or
+/// by collection) the content of every namespaced resource discovery lists — custom resources
+/// included, hence the wildcards — writes the deletion conditions through `namespaces/status` and
+/// removes its finalizer through `namespaces/finalize`.
+pub(crate) fn namespace() -> Rules {
+    Rules::new()
+        .grant("", &["namespaces"], &["get"])
+        .grant(
+            "",
+            &["namespaces/status", "namespaces/finalize"],
+            &["update"],
+        )
+        .grant(ALL, &[ALL], &["delete", "deletecollection", "list"])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_serviceaccount_controller_only_creates_serviceaccounts() {
+        let rules = serviceaccount();
+        assert!(rules.allows("", "serviceaccounts", "create"));
+        assert!(!rules.allows("", "serviceaccounts", "delete"));
+        assert!(!rules.allows("", "namespaces", "get"));
+    }
+
+    #[test]
+    fn the_replicaset_controller_manages_pods_and_writes_its_owners_status() {
+        let rules = replicaset();
+        for verb in ["create", "delete", "patch"] {
+            assert!(rules.allows("", "pods", verb), "{verb} pods");
+        }
+        assert!(!rules.allows("", "pods", "update"));
+        assert!(
+            !rules.allows("", "pods", "list"),
+            "lists come from the cache"
+        );
+        assert!(rules.allows("apps", "replicasets", "get"));
+        assert!(rules.allows("apps", "replicasets/status", "patch"));
+        assert!(rules.allows("apps", "replicasets/finalizers", "update"));
+        assert!(!rules.allows("apps", "replicasets", "patch"));
+        assert!(rules.allows("events.k8s.io", "events", "create"));
+        assert!(rules.allows("events.k8s.io", "events", "patch"));
+        assert!(
+            !rules.allows("", "events", "create"),
+            "kube-rs posts events.k8s.io Events"
+        );
+    }
+
+    #[test]
+    fn the_replicationcontroller_controller_writes_the_core_groups_owners() {
+        let rules = replicationcontroller();
+        assert!(rules.allows("", "replicationcontrollers", "get"));
+        assert!(rules.allows("", "replicationcontrollers/status", "patch"));
+        assert!(rules.allows("", "replicationcontrollers/finalizers", "update"));
+        assert!(!rules.allows("apps", "replicasets", "get"));
+        assert!(rules.allows("", "pods", "create"));
+    }
+
+    #[test]
+    fn the_deployment_controller_manages_replicasets_and_its_status() {
+        let rules = deployment();
+        for verb in ["create", "delete", "get", "patch", "update"] {
+            assert!(
+                rules.allows("apps", "replicasets", verb),
+                "{verb} replicasets"
+            );
+        }
+        assert!(rules.allows("apps", "deployments", "get"));
+        assert!(rules.allows("apps", "deployments", "patch"));
+        assert!(!rules.allows("apps", "deployments", "update"));
+        assert!(rules.allows("apps", "deployments/status", "update"));
+        assert!(rules.allows("apps", "deployments/finalizers", "update"));
+        assert!(
+            !rules.allows("", "pods", "create"),
+            "pods are the ReplicaSets'"
+        );
+        assert!(rules.allows("events.k8s.io", "events", "create"));
+    }
+
+    #[test]
+    fn the_garbage_collector_reads_patches_and_deletes_anything_but_never_lists() {
+        let rules = garbagecollector();
+        for verb in ["get", "patch", "delete"] {
+            assert!(rules.allows("example.com", "widgets", verb), "{verb}");
+        }
+        assert!(!rules.allows("example.com", "widgets", "list"));
+        assert!(!rules.allows("example.com", "widgets", "update"));
+        assert!(!rules.allows("", "pods", "create"));
+    }
+
+    #[test]
+    fn the_namespace_controller_empties_and_finalizes_namespaces() {
+        let rules = namespace();
+        for verb in ["list", "delete", "deletecollection"] {
+            assert!(rules.allows("example.com", "widgets", verb), "{verb}");
+        }
+        assert!(rules.allows("", "namespaces", "get"));
+        assert!(rules.allows("", "namespaces/status", "update"));
+        assert!(rules.allows("", "namespaces/finalize", "update"));
+        assert!(!rules.allows("", "namespaces", "update"));
+        assert!(!rules.allows("", "pods", "create"));
+        assert!(!rules.allows("", "pods", "patch"));
+    }
+}
