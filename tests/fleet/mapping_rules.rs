@@ -146,7 +146,7 @@ async fn fan_out_a_cross_scope_field_reference_and_a_named_index_reach_a_cluster
         |l| l.key == a && l.reason == format!("object_changed v1/configmaps {ref_key}"),
     )
     .await;
-    assert_eq!(line.indexed, [ref_key.clone()], "{line:?}");
+    assert_eq!(line.indexed, std::slice::from_ref(&ref_key), "{line:?}");
 
     // Retargeted to `b`: both run (the old object named `a`, the new one names `b`), and the index
     // moved the ConfigMap from `a` to `b`.
