@@ -24,6 +24,8 @@ enum Command {
     Status(cmd::status::Args),
     /// Take items from the leader and reconcile them with the built-in controllers.
     Worker(cmd::worker::Args),
+    /// Print the RBAC rules a fleet's workers and coordinators need for the given controllers.
+    Rbac(cmd::rbac::Args),
     /// The local demo: etcd, devcluster, 2 coordinators and 3 workers running the greeting example.
     Up(cmd::up::Args),
     /// Benchmarks that write machine-readable results.
@@ -49,6 +51,7 @@ fn main() -> std::process::ExitCode {
             Command::Coordinator(args) => cmd::coordinator::run(args).await,
             Command::Status(args) => cmd::status::run(args).await,
             Command::Worker(args) => cmd::worker::run(args).await,
+            Command::Rbac(args) => cmd::rbac::run(args).await,
             Command::Up(args) => cmd::up::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
         }

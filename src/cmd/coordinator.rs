@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flotilla_common::{LogFormat, init_logging, shutdown_signal};
+use flotilla_common::{LogFormat, init_logging, kube_config, shutdown_signal};
 use flotilla_coordinator::{
     Coordinator, CoordinatorConfig, NamespaceScope, ScopeError, default_identity,
 };
@@ -80,6 +80,10 @@ pub struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Check the flags as start-up does, print `configuration ok` and exit, touching neither etcd nor
+    /// the Kubernetes API (a --kubeconfig file is read); exit non-zero with the error otherwise.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 impl Args {
@@ -112,11 +116,30 @@ impl Args {
             NamespaceScope::from_flags(&self.namespaces, self.namespace_selector.as_deref())?;
         Ok(config)
     }
+
+    /// What `--check-config` checks, and start-up before it connects anywhere: the configuration is
+    /// valid, and a `--kubeconfig` file loads (without one, the in-cluster configuration is the pod's
+    /// environment rather than a flag, so it is not looked for).
+    ///
+    /// # Errors
+    /// The first invalid flag, or an unreadable kubeconfig.
+    pub async fn check(&self) -> anyhow::Result<()> {
+        self.config()?.validate()?;
+        if let Some(path) = &self.kubeconfig {
+            kube_config(Some(path)).await?;
+        }
+        Ok(())
+    }
 }
 
 /// Runs a coordinator until SIGINT/SIGTERM, then steps down (resigning leadership at once); exits with
 /// an error if its leadership loop stops on its own.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    if args.check_config {
+        args.check().await?;
+        println!("configuration ok");
+        return Ok(());
+    }
     init_logging(args.log_format);
     let coordinator = Coordinator::start(args.config()?).await?;
     let failed = tokio::select! {
@@ -149,6 +172,29 @@ mod tests {
         let mut argv = vec!["coordinator", "--etcd-endpoints", "http://e:2379"];
         argv.extend_from_slice(extra);
         Cli::try_parse_from(argv)
+    }
+
+    #[tokio::test]
+    async fn check_config_refuses_what_start_up_refuses_and_accepts_the_defaults() {
+        parse(&["--check-config"])
+            .unwrap()
+            .args
+            .check()
+            .await
+            .unwrap();
+        let err = parse(&["--leader-elect-renew-deadline", "6s"])
+            .unwrap()
+            .args
+            .check()
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("--leader-elect"), "{err}");
+        let err = parse(&["--kubeconfig", "/nonexistent/kubeconfig"])
+            .unwrap()
+            .args
+            .check()
+            .await;
+        assert!(err.is_err(), "an unreadable kubeconfig");
     }
 
     #[test]

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod coordinator;
 pub mod devcluster;
 pub mod procs;
+pub mod rbac;
 pub mod simnodes;
 pub mod status;
 pub mod up;

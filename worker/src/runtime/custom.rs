@@ -37,7 +37,8 @@ pub async fn run_custom(controllers: Vec<DynController>) -> anyhow::Result<()> {
 }
 
 /// Runs `controllers` with already parsed `flags` until SIGINT or SIGTERM (for binaries with flags of
-/// their own, like `flotilla worker` and `fleet-probe`).
+/// their own, like `flotilla worker` and `fleet-probe`). With `--check-config` it only checks them
+/// ([`WorkerFlags::check`]) and prints `configuration ok`.
 ///
 /// # Errors
 /// Start-up failures.
@@ -45,6 +46,11 @@ pub async fn run_with_flags(
     flags: &WorkerFlags,
     controllers: Vec<DynController>,
 ) -> anyhow::Result<()> {
+    if flags.check_config {
+        flags.check(&controllers).await?;
+        println!("configuration ok");
+        return Ok(());
+    }
     init_logging(flags.log_format);
     let config = flags.to_config().await?;
     run(config, controllers, shutdown_signal()).await?;

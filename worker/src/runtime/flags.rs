@@ -9,7 +9,10 @@ use std::time::Duration;
 use flotilla_common::{LogFormat, SessionConfig, kube_config};
 use rand::Rng;
 
+use flotilla_sdk::DynController;
+
 use super::config::WorkerConfig;
+use super::worker::check_controllers;
 
 /// Shared worker flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -52,6 +55,10 @@ pub struct WorkerFlags {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Check the flags as start-up does, print `configuration ok` and exit, touching neither etcd nor
+    /// the Kubernetes API (a --kubeconfig file is read); exit non-zero with the error otherwise.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 impl WorkerFlags {
@@ -61,6 +68,27 @@ impl WorkerFlags {
     /// When no Kubernetes configuration can be loaded.
     pub async fn to_config(&self) -> anyhow::Result<WorkerConfig> {
         let kube = kube_config(self.kubeconfig.as_deref()).await?;
+        Ok(self.config_with(kube))
+    }
+
+    /// What `--check-config` checks, and start-up before it connects anywhere: the configuration the
+    /// flags describe is valid and `controllers` can run together. A `--kubeconfig` file is loaded;
+    /// without one, the in-cluster configuration is the pod's environment rather than a flag, so it is
+    /// not looked for.
+    ///
+    /// # Errors
+    /// The first invalid flag, an unreadable kubeconfig, or unfit controllers.
+    pub async fn check(&self, controllers: &[DynController]) -> anyhow::Result<()> {
+        let kube = match &self.kubeconfig {
+            Some(path) => kube_config(Some(path)).await?,
+            None => kube::Config::new(http::Uri::from_static("https://kubernetes.default.svc")),
+        };
+        self.config_with(kube).validate()?;
+        check_controllers(controllers)?;
+        Ok(())
+    }
+
+    fn config_with(&self, kube: kube::Config) -> WorkerConfig {
         let worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);
         let mut config =
             WorkerConfig::new(&worker_id, &self.fleet, self.etcd_endpoints.clone(), kube);
@@ -75,7 +103,7 @@ impl WorkerFlags {
         };
         config.shutdown_grace_period = self.shutdown_grace_period;
         config.metrics_listen = Some(self.metrics_listen);
-        Ok(config)
+        config
     }
 }
 
@@ -157,6 +185,48 @@ mod tests {
         assert_eq!(cli.flags.lease_ttl, Duration::from_secs(5));
         assert_eq!(cli.flags.lease_renew_interval, Duration::from_secs(1));
         assert_eq!(cli.flags.shutdown_grace_period, Duration::from_secs(10));
+    }
+
+    fn controller(name: &str) -> DynController {
+        async fn noop(
+            _: flotilla_sdk::Request<k8s_openapi::api::core::v1::ConfigMap>,
+            _: flotilla_sdk::Context,
+        ) -> Result<flotilla_sdk::Action, std::io::Error> {
+            Ok(flotilla_sdk::Action::await_change())
+        }
+        flotilla_sdk::Controller::new(name).reconcile(noop).into()
+    }
+
+    fn check(args: &[&str], controllers: &[DynController]) -> anyhow::Result<()> {
+        let argv = ["w", "--etcd-endpoints", "http://a:2379", "--check-config"];
+        let cli = Cli::try_parse_from(argv.iter().chain(args)).unwrap();
+        assert!(cli.flags.check_config);
+        futures::executor::block_on(cli.flags.check(controllers))
+    }
+
+    #[test]
+    fn check_config_accepts_the_defaults_without_a_cluster_or_etcd() {
+        check(&[], &[controller("a")]).unwrap();
+    }
+
+    #[test]
+    fn check_config_refuses_what_start_up_refuses() {
+        let err = check(&["--worker-id", "Not_A_Subdomain"], &[controller("a")]).unwrap_err();
+        assert!(err.to_string().contains("--worker-id"), "{err}");
+        let err = check(
+            &["--lease-ttl", "2s", "--lease-renew-interval", "2s"],
+            &[controller("a")],
+        );
+        assert!(err.is_err(), "a renew interval as long as the TTL");
+        let err = check(&[], &[]).unwrap_err();
+        assert!(err.to_string().contains("no controllers"), "{err}");
+        let err = check(&[], &[controller("a"), controller("a")]).unwrap_err();
+        assert!(err.to_string().contains("twice"), "{err}");
+        let err = check(
+            &["--kubeconfig", "/nonexistent/kubeconfig"],
+            &[controller("a")],
+        );
+        assert!(err.is_err(), "an unreadable kubeconfig");
     }
 
     #[test]

@@ -188,7 +188,9 @@ impl Drop for Worker {
     }
 }
 
-fn check_controllers(controllers: &[DynController]) -> Result<(), WorkerError> {
+/// The controllers a worker is given can run together: at least one, unique non-empty names, each
+/// with a reconcile and a positive concurrency.
+pub(crate) fn check_controllers(controllers: &[DynController]) -> Result<(), WorkerError> {
     if controllers.is_empty() {
         return Err(WorkerError::Controllers("no controllers enabled".into()));
     }
