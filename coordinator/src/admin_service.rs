@@ -34,7 +34,7 @@ impl proto::admin_server::Admin for AdminService {
             return Err(self.slot.not_leader());
         };
         let (reply, rx) = oneshot::channel();
-        if !dispatcher.send(Command::Status { reply }) {
+        if !dispatcher.send(Command::Status { reply }).await {
             return Err(self.slot.not_leader());
         }
         rx.await

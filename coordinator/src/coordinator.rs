@@ -235,15 +235,18 @@ impl Coordinator {
         self.slot.dispatcher().is_some()
     }
 
-    /// Adds keys to a controller's queue on the leader (benchmarks drive the fleet without objects).
-    /// Returns false when this coordinator does not lead.
-    pub fn enqueue(&self, controller: &str, keys: Vec<String>) -> bool {
-        self.slot.dispatcher().is_some_and(|d: DispatcherHandle| {
-            d.send(Command::Enqueue {
-                controller: controller.to_owned(),
-                keys,
-            })
+    /// Adds keys to a controller's queue on the leader (benchmarks drive the fleet without objects),
+    /// waiting while the dispatcher's command channel is full. Returns false when this coordinator does
+    /// not lead.
+    pub async fn enqueue(&self, controller: &str, keys: Vec<String>) -> bool {
+        let Some(d): Option<DispatcherHandle> = self.slot.dispatcher() else {
+            return false;
+        };
+        d.send(Command::Enqueue {
+            controller: controller.to_owned(),
+            keys,
         })
+        .await
     }
 
     /// Graceful shutdown: a leader stops dispatching and resigns so a standby takes over at once.

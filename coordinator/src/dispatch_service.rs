@@ -134,14 +134,18 @@ impl proto::dispatch_server::Dispatch for DispatchService {
         };
         let worker = hello.worker_id.clone();
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        // Unbounded: the dispatcher must never wait on a worker (see `Outbound`, fleet/workers.rs).
         let (tx, rx) = mpsc::unbounded_channel();
         let (reply_tx, reply_rx) = oneshot::channel();
-        if !dispatcher.send(Command::Connect {
-            hello,
-            conn_id,
-            tx: tx.clone(),
-            reply: reply_tx,
-        }) {
+        if !dispatcher
+            .send(Command::Connect {
+                hello,
+                conn_id,
+                tx: tx.clone(),
+                reply: reply_tx,
+            })
+            .await
+        {
             return Err(self.slot.not_leader());
         }
         let welcome = reply_rx
@@ -228,11 +232,15 @@ impl proto::dispatch_server::Dispatch for DispatchService {
                             continue;
                         }
                     };
-                    if !dispatcher.send(cmd) {
+                    // Waits while the dispatcher's command channel is full, and so stops reading this
+                    // stream: gRPC flow control then holds the worker's sends back.
+                    if !dispatcher.send(cmd).await {
                         break;
                     }
                 }
-                dispatcher.send(Command::Disconnected { worker, conn_id });
+                dispatcher
+                    .send(Command::Disconnected { worker, conn_id })
+                    .await;
             }
             .instrument(span),
         );

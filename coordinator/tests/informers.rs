@@ -186,7 +186,7 @@ impl Fixture {
 }
 
 /// The next event, or a panic naming what was awaited.
-async fn next(events: &mut mpsc::UnboundedReceiver<InformerEvent>, what: &str) -> InformerEvent {
+async fn next(events: &mut mpsc::Receiver<InformerEvent>, what: &str) -> InformerEvent {
     tokio::time::timeout(WAIT, events.recv())
         .await
         .unwrap_or_else(|_| panic!("no event within {WAIT:?} while waiting for {what}"))
@@ -195,7 +195,7 @@ async fn next(events: &mut mpsc::UnboundedReceiver<InformerEvent>, what: &str) -
 
 /// Skips events until one satisfies `wanted`.
 async fn until(
-    events: &mut mpsc::UnboundedReceiver<InformerEvent>,
+    events: &mut mpsc::Receiver<InformerEvent>,
     what: &str,
     wanted: impl Fn(&InformerEvent) -> bool,
 ) -> InformerEvent {

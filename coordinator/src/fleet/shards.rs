@@ -111,6 +111,12 @@ impl ShardTable {
         std::mem::take(&mut self.parked[s as usize])
     }
 
+    /// Keys parked on shard `s`.
+    #[cfg(test)]
+    pub fn parked_in(&self, s: u32) -> usize {
+        self.parked[s as usize].len()
+    }
+
     /// Keys parked on any shard.
     pub fn parked_len(&self) -> usize {
         self.parked.iter().map(VecDeque::len).sum()

@@ -7,9 +7,11 @@ use flotilla_proto as proto;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-/// Sender half of a worker's outgoing stream. Unbounded, and bounded in practice: the leader sends an
-/// item only against a credit, so Assigns waiting here are at most the worker's advertised concurrency
-/// (plus Revokes, at most one per rebalance).
+/// Sender half of a worker's outgoing stream. Unbounded on purpose: the sender is the dispatcher, which
+/// must never wait on one worker's network (the whole fleet would wait with it, and a worker's stream
+/// task in turn waits on the dispatcher). Bounded in practice: the leader sends an item only against a
+/// credit, so Assigns waiting here are at most the worker's advertised concurrency (plus its Welcome
+/// and Revokes, at most one per rebalance).
 pub type Outbound = mpsc::UnboundedSender<proto::CoordinatorMessage>;
 
 /// A live stream of a worker.

@@ -292,8 +292,9 @@ impl Informers {
     /// A receiver of every informer's events from now on. It replaces the previous subscriber,
     /// whose channel closes: there is one consumer, the current leader's dispatcher. Events while
     /// nobody subscribes are dropped (the stores still update), so a new subscriber must read the
-    /// stores (and [`Informers::is_synced`]) for the state it missed; `Synced` is not replayed.
-    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<InformerEvent> {
+    /// stores (and [`Informers::is_synced`]) for the state it missed; `Synced` is not replayed. The
+    /// channel is bounded: informers wait (never drop an event) while the subscriber is behind.
+    pub fn subscribe(&self) -> mpsc::Receiver<InformerEvent> {
         self.inner.subscriber.replace()
     }
 
@@ -372,7 +373,8 @@ mod tests {
         informers
             .inner
             .subscriber
-            .send(InformerEvent::Synced { kind: pods() });
+            .send(InformerEvent::Synced { kind: pods() })
+            .await;
         assert!(matches!(
             second.try_recv(),
             Ok(InformerEvent::Synced { .. })

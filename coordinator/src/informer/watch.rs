@@ -87,6 +87,7 @@ pub(crate) async fn run_scoped_informer(
         allowed: None,
         logged_errors: HashSet::new(),
         not_found_since: None,
+        outgoing: Vec::new(),
     };
     loop {
         if let Some(rx) = matching.as_mut() {
@@ -108,7 +109,11 @@ pub(crate) async fn run_scoped_informer(
                 () = cancel.cancelled() => return,
                 changed = namespaces_changed(&mut matching) => {
                     let Some(set) = changed else { return };
-                    if task.scope_changed(set) {
+                    let joined = task.scope_changed(set);
+                    if !task.flush(&cancel).await {
+                        return;
+                    }
+                    if joined {
                         break; // a namespace joined: relist
                     }
                     continue;
@@ -123,6 +128,9 @@ pub(crate) async fn run_scoped_informer(
                         return;
                     }
                 }
+            }
+            if !task.flush(&cancel).await {
+                return;
             }
         }
     }
@@ -154,6 +162,8 @@ struct Task {
     logged_errors: HashSet<String>,
     /// Since when every failure of a never-synced informer has been a 404.
     not_found_since: Option<tokio::time::Instant>,
+    /// Events of the change just applied, for [`Task::flush`] to send.
+    outgoing: Vec<InformerEvent>,
 }
 
 /// Whether the API server answered that it does not serve the resource.
@@ -279,7 +289,8 @@ impl Task {
         }
     }
 
-    fn send(&self, event: InformerEvent) {
+    /// Queues `event` for [`Task::flush`], which sends it after the store applied the change.
+    fn send(&mut self, event: InformerEvent) {
         let kind = self.state.kind.to_string();
         let name = match &event {
             InformerEvent::Applied { .. } => "applied",
@@ -288,7 +299,20 @@ impl Task {
         };
         self.state.metrics.event(&kind, name);
         self.state.metrics.objects(&kind, self.state.store.len());
-        self.state.subscriber.send(event);
+        self.outgoing.push(event);
+    }
+
+    /// Sends the queued events in order, each waiting while the subscriber's channel is full. Returns
+    /// false when `cancel` fired meanwhile (the task stops; the rest are not sent).
+    async fn flush(&mut self, cancel: &CancellationToken) -> bool {
+        for event in std::mem::take(&mut self.outgoing) {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return false,
+                () = self.state.subscriber.send(event) => {}
+            }
+        }
+        true
     }
 
     /// Counts every failure and logs each distinct message once until the next successful list, so a
@@ -341,7 +365,7 @@ mod tests {
         .unwrap()
     }
 
-    fn state() -> (InformerState, mpsc::UnboundedReceiver<InformerEvent>) {
+    fn state() -> (InformerState, mpsc::Receiver<InformerEvent>) {
         let subscriber = Subscriber::default();
         let rx = subscriber.replace();
         let state = InformerState {
@@ -385,7 +409,7 @@ mod tests {
         }
     }
 
-    fn drain(rx: &mut mpsc::UnboundedReceiver<InformerEvent>) -> Vec<String> {
+    fn drain(rx: &mut mpsc::Receiver<InformerEvent>) -> Vec<String> {
         std::iter::from_fn(|| rx.try_recv().ok())
             .map(|e| describe(&e))
             .collect()
@@ -545,7 +569,7 @@ mod tests {
         );
     }
 
-    async fn next(rx: &mut mpsc::UnboundedReceiver<InformerEvent>) -> String {
+    async fn next(rx: &mut mpsc::Receiver<InformerEvent>) -> String {
         let event = tokio::time::timeout(Duration::from_secs(5), rx.recv())
             .await
             .expect("an informer event within 5 s")

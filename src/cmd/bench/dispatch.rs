@@ -198,7 +198,7 @@ async fn one_run(
         for i in 0..chunk.len() {
             clock.enqueued[chunk_no * 10_000 + i].store(now, Ordering::Relaxed);
         }
-        if !coordinator.enqueue("bench", chunk.to_vec()) {
+        if !coordinator.enqueue("bench", chunk.to_vec()).await {
             bail!("the coordinator is not leading");
         }
     }
@@ -225,7 +225,9 @@ async fn one_run(
         for i in next..end {
             clock.enqueued[i].store(now, Ordering::Relaxed);
         }
-        coordinator.enqueue("bench", (next..end).map(|i| format!("b/{i}")).collect());
+        coordinator
+            .enqueue("bench", (next..end).map(|i| format!("b/{i}")).collect())
+            .await;
         next = end;
     }
     wait_count(&clock, paced_keys, Duration::from_secs(120))

@@ -145,7 +145,7 @@ async fn one_run(
     let keys: Vec<String> = (0..args.keys).map(|i| format!("s/{i}")).collect();
     let start = Instant::now();
     for chunk in keys.chunks(10_000) {
-        if !fleet.coordinator.enqueue("scaleout", chunk.to_vec()) {
+        if !fleet.coordinator.enqueue("scaleout", chunk.to_vec()).await {
             bail!("the coordinator is not leading");
         }
     }

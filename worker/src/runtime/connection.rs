@@ -1,6 +1,5 @@
 //! One Dispatch stream to the leader: a channel to its address, the outgoing messages fed from an
-//! unbounded mpsc (as in tonic's streaming example; what goes out is bounded by the worker's credits),
-//! and the incoming stream.
+//! mpsc (as in tonic's streaming example), and the incoming stream.
 
 use std::time::Duration;
 
@@ -29,6 +28,10 @@ pub(crate) enum ConnectError {
 /// An open stream.
 pub(crate) struct Connection {
     pub(crate) channel: Channel,
+    /// Outgoing messages. Unbounded on purpose: the sender is the worker's loop, which must never wait
+    /// on the network — it has to see a lost lease at once to fence itself. What waits here is bounded
+    /// by the credits anyway: Dones of at most the items held (the advertised concurrency), and at
+    /// most one Credit per controller per flush.
     tx: mpsc::UnboundedSender<proto::WorkerMessage>,
     pub(crate) incoming: tonic::Streaming<proto::CoordinatorMessage>,
 }

@@ -205,8 +205,12 @@ struct SessionRun<'a> {
     ledger: &'a mut Ledger,
     leader: &'a mut Option<Leadership>,
     reconciles: CancellationToken,
-    finished_tx: mpsc::UnboundedSender<Finished>,
-    finished_rx: mpsc::UnboundedReceiver<Finished>,
+    /// Reconciles report here when they end. Its capacity is the worker's summed concurrency, a slot
+    /// per reconcile that may run at once. Back-pressure: a finished reconcile whose report does not
+    /// fit waits; this loop never waits on a reconcile (it spawns them and cancels them through a
+    /// token), so that cannot deadlock, and when the session ends the receiver goes and they stop.
+    finished_tx: mpsc::Sender<Finished>,
+    finished_rx: mpsc::Receiver<Finished>,
     stream: Option<LeaderStream>,
     rejected: HashSet<String>,
     outbox: Outbox,
@@ -226,7 +230,15 @@ impl<'a> SessionRun<'a> {
         ledger: &'a mut Ledger,
         leader: &'a mut Option<Leadership>,
     ) -> Self {
-        let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        let concurrency: u64 = shared
+            .controllers
+            .values()
+            .map(|c| u64::from(c.controller.concurrency_limit()))
+            .sum();
+        let capacity = usize::try_from(concurrency)
+            .unwrap_or(usize::MAX)
+            .clamp(1, 1 << 20);
+        let (finished_tx, finished_rx) = mpsc::channel(capacity);
         // A new session resumes the leader already known; with none, the leader stream says when.
         let reconnect_at = leader.is_some().then(Instant::now);
         Self {
@@ -630,14 +642,16 @@ impl<'a> SessionRun<'a> {
                 }
                 let writes = journal.take();
                 // A closed channel means the session ended; the item is no longer held by anyone here.
-                let _ = finished_tx.send(Finished {
-                    controller,
-                    key,
-                    term,
-                    item_id,
-                    outcome,
-                    writes,
-                });
+                let _ = finished_tx
+                    .send(Finished {
+                        controller,
+                        key,
+                        term,
+                        item_id,
+                        outcome,
+                        writes,
+                    })
+                    .await;
             }
             .instrument(span),
         );

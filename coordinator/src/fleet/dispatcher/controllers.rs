@@ -3,7 +3,6 @@
 //! controllers no live worker runs.
 
 use super::etcd_work::EtcdWork;
-use super::membership::Registration;
 use super::*;
 
 impl Dispatcher {
@@ -21,56 +20,26 @@ impl Dispatcher {
         kinds
     }
 
-    /// Reads workers, shard owners and controller specs; returns the revision to watch from.
-    pub(super) async fn load(&mut self) -> Result<i64, TermError> {
-        let mut etcd = self.ctx.etcd.clone();
+    /// Takes what etcd holds at the start of the term: registered workers (not yet said Hello), shard
+    /// owners, and the stored controller specs.
+    pub(super) fn start(&mut self, start: TermStart) {
         let now = Instant::now();
-        let workers = etcd
-            .get(
-                self.keys.workers_prefix(),
-                Some(GetOptions::new().with_prefix()),
-            )
-            .await
-            .map_err(TermError::Etcd)?;
-        let revision = workers.header().map_or(0, |h| h.revision());
-        for kv in workers.kvs() {
-            let Some(id) = self.keys.parse_worker(kv.key()) else {
-                continue;
-            };
-            let capacity = Registration::capacity_of(kv.value());
-            self.workers.insert(
-                id.to_owned(),
-                WorkerState::registered(id, kv.lease(), capacity, now),
-            );
+        self.registry_revision = start.revision;
+        for (id, lease, capacity) in start.workers {
+            let worker = WorkerState::registered(&id, lease, capacity, now);
+            self.workers.insert(id, worker);
         }
-        let shards = etcd
-            .get(
-                self.keys.shards_prefix(),
-                Some(GetOptions::new().with_prefix().with_revision(revision)),
-            )
-            .await
-            .map_err(TermError::Etcd)?;
-        for kv in shards.kvs() {
-            let (Some(s), Ok(owner)) = (
-                self.keys.parse_shard(kv.key()),
-                std::str::from_utf8(kv.value()),
-            ) else {
-                continue;
-            };
-            if s < self.shards.count() {
-                self.shards
-                    .set_state(s, ShardState::Owned(owner.to_owned()));
+        for (s, owner, lease) in start.shards {
+            // A key on another lease than its owner's registration — an earlier incarnation's, or the
+            // lease a fenced worker's shards are kept on — is not the owner's to dispatch to: the shard
+            // counts as unowned, and a claim of it waits until that key is gone.
+            let current = self.workers.get(&owner).and_then(|w| w.lease_id) == Some(lease);
+            if s < self.shards.count() && current {
+                self.shards.set_state(s, ShardState::Owned(owner));
             }
         }
-        let specs = etcd
-            .get(
-                self.keys.controllers_prefix(),
-                Some(GetOptions::new().with_prefix()),
-            )
-            .await
-            .map_err(TermError::Etcd)?;
-        for kv in specs.kvs() {
-            match proto::ControllerSpec::decode(kv.value())
+        for (key, encoded) in start.specs {
+            match proto::ControllerSpec::decode(encoded.as_slice())
                 .map_err(|e| e.to_string())
                 .and_then(|p| ControllerSpec::try_from(p).map_err(|e| e.to_string()))
             {
@@ -80,11 +49,10 @@ impl Dispatcher {
                 // still runs the controller registers a valid spec again.
                 Err(err) => {
                     self.ctx.metrics.bad("invalid_stored_spec");
-                    error!(key = %String::from_utf8_lossy(kv.key()), error = %err, "skipping an invalid controller spec in etcd");
+                    error!(%key, error = %err, "skipping an invalid controller spec in etcd");
                 }
             }
         }
-        Ok(revision)
     }
 
     pub(super) fn register_controller(&mut self, spec: ControllerSpec) {
@@ -312,7 +280,7 @@ impl Dispatcher {
         }
         self.ctx.metrics.retired.inc();
         self.access_dirty = true;
-        self.etcd_work.spawn(EtcdWork::DeleteSpec {
+        self.etcd_work.push(EtcdWork::DeleteSpec {
             name: name.to_owned(),
         });
     }
@@ -341,16 +309,20 @@ pub(super) fn primary_keys(
 pub const DISCOVERY_PERIOD: Duration = Duration::from_secs(30);
 
 /// Discovers the deletable resources now and every [`DISCOVERY_PERIOD`] until `stop`; failures are
-/// logged and retried at the next period.
+/// logged and retried at the next period. A report waits while the loop's channel is full.
 pub(super) async fn discover(
     client: kube::Client,
-    tx: mpsc::UnboundedSender<Vec<ResourceKind>>,
+    tx: mpsc::Sender<Vec<ResourceKind>>,
     stop: CancellationToken,
 ) {
     loop {
         match deletable_resources(&client).await {
             Ok(kinds) => {
-                if tx.send(kinds).is_err() {
+                let sent = tokio::select! {
+                    () = stop.cancelled() => return,
+                    sent = tx.send(kinds) => sent,
+                };
+                if sent.is_err() {
                     return;
                 }
             }

@@ -67,6 +67,8 @@ impl Dispatcher {
                 ShardState::Moving { from, to } if to != target => {
                     self.shards
                         .set_state(s, ShardState::Moving { from, to: target });
+                    // It may have been waiting only for its old target's lease.
+                    self.pending_moves.insert(s);
                 }
                 ShardState::Moving { .. } => {}
             }
@@ -112,19 +114,27 @@ impl Dispatcher {
             let ShardState::Moving { from, to } = self.shards.state(s).clone() else {
                 continue;
             };
-            // An old owner that has not said Hello to this leader may hold items of an earlier term
-            // that nobody here knows of: wait for its Hello or its lease's end.
-            let from_known = self.workers.get(&from).is_none_or(|w| w.handshaken);
-            if self.shards.in_flight(s) > 0 || !from_known {
+            if self.shards.in_flight(s) > 0 {
                 continue;
             }
+            let from = match self.workers.get(&from) {
+                // An old owner that has not said Hello to this leader may hold items of an earlier
+                // term that nobody here knows of: wait for its Hello (which hands the move back here)
+                // or its lease's end.
+                Some(w) if !w.handshaken => continue,
+                Some(_) => Some(from),
+                // Not registered (gone, or fenced by an earlier leader whose wait this term cannot
+                // know): written as a claim, which etcd refuses while the old owner's key lives — on
+                // its lease, or on the fence lease that outlives the worker's items.
+                None => None,
+            };
             let Some(lease) = self.workers.get(&to).and_then(|w| w.lease_id) else {
                 self.needs_rebalance = true;
                 continue;
             };
             writes.push(ShardWrite {
                 shard: s,
-                from: Some(from),
+                from,
                 to,
                 lease,
             });
@@ -137,36 +147,46 @@ impl Dispatcher {
             return;
         }
         self.committing.extend(writes.iter().map(|w| w.shard));
-        self.etcd_work.spawn(EtcdWork::Shards(writes));
+        self.etcd_work.push(EtcdWork::Shards(writes));
     }
 
     /// Settles a shard write. While it was in flight the shard was neither dispatchable nor touched
     /// by rebalancing or worker loss (its old owner held nothing of it, and nothing was sent), so
     /// whatever the outcome, the shard goes to one live owner or none: never two.
+    ///
+    /// The table says `Owned(w)` only where etcd's key names `w` on `w`'s current lease, so that the
+    /// key lives exactly as long as `w` may run items of the shard, whichever leader reads it later.
     pub(super) fn on_shard_written(&mut self, w: ShardWrite, outcome: WriteOutcome) {
         let s = w.shard;
         self.committing.remove(&s);
         let live = |d: &Self, id: &str| d.workers.get(id).is_some_and(|w| w.lease_id.is_some());
+        let on_current_lease = |d: &Self, id: &str, lease: i64| {
+            d.workers.get(id).and_then(|w| w.lease_id) == Some(lease)
+        };
         match outcome {
             WriteOutcome::Written => {
                 if w.from.is_some() {
                     self.ctx.metrics.shard_moves.inc();
                 }
-                if live(self, &w.to) {
+                if on_current_lease(self, &w.to, w.lease) {
                     self.owned(s, w.to);
                 } else {
-                    // Written on a lease that has ended: the key went with it.
+                    // Written on a lease that has ended (the key goes with it) or that its worker
+                    // left for a new one (a claim waits until the key is gone).
                     self.shards.set_state(s, ShardState::Unowned);
                     self.needs_rebalance = true;
                 }
             }
             WriteOutcome::Refused { current } => {
                 // Not free after all (a claim), or the old owner's key vanished (a move): take etcd's
-                // word for who owns it, and rebalance from there.
+                // word for who owns it, and rebalance from there. A key on a lease its owner no longer
+                // holds (an earlier incarnation's, or a fenced worker's kept shards) is nobody's to
+                // dispatch to: claims are tried again until it is gone.
                 match current {
-                    Some(owner) if live(self, &owner) => self.owned(s, owner),
-                    Some(owner) => self.shards.set_state(s, ShardState::Owned(owner)),
-                    None => self.shards.set_state(s, ShardState::Unowned),
+                    Some((owner, lease)) if on_current_lease(self, &owner, lease) => {
+                        self.owned(s, owner)
+                    }
+                    _ => self.shards.set_state(s, ShardState::Unowned),
                 }
                 self.needs_rebalance = true;
             }

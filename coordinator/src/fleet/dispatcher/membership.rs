@@ -1,7 +1,7 @@
 //! Which workers the term knows: Hello and registration checks, the etcd worker registry, workers that
 //! went silent (fenced by revoking their lease) and workers whose lease ended (their items run again).
 
-use super::etcd_work::{EtcdWork, MAX_LEASE_TTL};
+use super::etcd_work::{EtcdWork, MAX_LEASE_TTL, RegistrationRead};
 use super::*;
 
 /// A worker registration as stored in etcd (`workers/<id>`), written by the worker.
@@ -25,6 +25,8 @@ impl Registration {
 /// as this (a worker's sum over its controllers is bounded the same way by the Hello's checks).
 pub(super) const MAX_REGISTERED_CAPACITY: u32 = 1_000_000;
 
+/// A change of the worker registry (`workers/<id>`).
+#[derive(Debug)]
 pub(super) enum RegistryEvent {
     Up {
         id: String,
@@ -36,13 +38,18 @@ pub(super) enum RegistryEvent {
     },
 }
 
+/// A Hello waiting for its worker's registration to be read from etcd.
+pub(super) struct PendingHello {
+    pub(super) hello: Hello,
+    pub(super) tx: Outbound,
+    pub(super) reply: HelloReply,
+}
+
 impl Dispatcher {
-    pub(super) async fn connect(
-        &mut self,
-        hello: Hello,
-        conn_id: u64,
-        tx: Outbound,
-    ) -> Result<Result<proto::Welcome, HelloRefused>, TermError> {
+    /// A worker said Hello on a new stream. A worker this term knows registered on the lease it names
+    /// is answered at once; any other waits (in `pending_hellos`) for its registration to be read from
+    /// etcd beside the loop ([`Dispatcher::on_registration_read`]), so a slow etcd delays only it.
+    pub(super) fn connect(&mut self, hello: Hello, conn_id: u64, tx: Outbound, reply: HelloReply) {
         let id = hello.worker_id.clone();
         if hello.known_term > self.term {
             self.log_refusal(
@@ -50,40 +57,95 @@ impl Dispatcher {
                 "stale_term",
                 "refusing a worker that has seen a newer term",
             );
-            return Ok(Err(HelloRefused::NewerTerm {
+            let _ = reply.send(Err(HelloRefused::NewerTerm {
                 worker: id,
                 seen: hello.known_term,
                 term: self.term,
             }));
+            return;
         }
         // Identity: the worker must be registered in etcd on the lease it names. (mTLS adds the
-        // certificate check in front of this.) An etcd failure here is the worker's to retry, not a
-        // reason to end the term.
+        // certificate check in front of this.)
         let registered = self.workers.get(&id).and_then(|w| w.lease_id) == Some(hello.lease_id);
-        if !registered {
-            match self.confirm_registration(&id, hello.lease_id).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.log_refusal(
-                        &id,
-                        "unregistered_worker",
-                        "refusing a worker that is not registered on its lease",
-                    );
-                    return Ok(Err(HelloRefused::Unregistered {
-                        worker: id,
-                        lease: hello.lease_id,
-                    }));
-                }
-                Err(err) => {
-                    warn!(worker = %id, error = %err, "cannot check a worker's registration; it will retry");
-                    return Ok(Err(HelloRefused::RegistryUnavailable));
-                }
-            }
+        if registered {
+            let welcome = self.welcome(hello, conn_id, tx);
+            let _ = reply.send(welcome);
+            return;
         }
+        self.pending_hellos
+            .insert(conn_id, PendingHello { hello, tx, reply });
+        self.etcd_work.push(EtcdWork::CheckRegistration {
+            conn_id,
+            worker: id,
+        });
+    }
+
+    /// The registration read for the Hello waiting on `conn_id` is back. A read no newer than what the
+    /// registry watch has told the term is not trusted over it (the worker's key may have gone since
+    /// the read); a newer one is applied as a registry event. An etcd failure is the worker's to retry,
+    /// not a reason to end the term.
+    pub(super) fn on_registration_read(
+        &mut self,
+        conn_id: u64,
+        read: Result<RegistrationRead, String>,
+    ) {
+        let Some(PendingHello { hello, tx, reply }) = self.pending_hellos.remove(&conn_id) else {
+            return;
+        };
+        if reply.is_closed() {
+            // The stream gave up waiting: welcoming it would leave a connection nobody reads.
+            return;
+        }
+        let id = hello.worker_id.clone();
+        let registered = match read {
+            Err(err) => {
+                warn!(worker = %id, error = %err, "cannot check a worker's registration; it will retry");
+                let _ = reply.send(Err(HelloRefused::RegistryUnavailable));
+                return;
+            }
+            Ok(read) if read.revision <= self.registry_revision => {
+                self.workers.get(&id).and_then(|w| w.lease_id) == Some(hello.lease_id)
+            }
+            Ok(RegistrationRead {
+                found: Some((lease_id, capacity)),
+                ..
+            }) if lease_id == hello.lease_id => {
+                self.apply_registration(RegistryEvent::Up {
+                    id: id.clone(),
+                    lease_id,
+                    capacity,
+                });
+                true
+            }
+            Ok(_) => false,
+        };
+        if !registered {
+            self.log_refusal(
+                &id,
+                "unregistered_worker",
+                "refusing a worker that is not registered on its lease",
+            );
+            let _ = reply.send(Err(HelloRefused::Unregistered {
+                worker: id,
+                lease: hello.lease_id,
+            }));
+            return;
+        }
+        let welcome = self.welcome(hello, conn_id, tx);
+        let _ = reply.send(welcome);
+    }
+
+    /// Takes a registered worker's Hello: its controllers, what it says it holds, its new stream.
+    fn welcome(
+        &mut self,
+        hello: Hello,
+        conn_id: u64,
+        tx: Outbound,
+    ) -> Result<proto::Welcome, HelloRefused> {
+        let id = hello.worker_id.clone();
         let mut rejected = Vec::new();
         let mut accepted = Vec::new();
         for (spec, concurrency) in hello.controllers {
-            // Decide before awaiting: a queue is not Sync, so no borrow of it may live across an await.
             let known = self
                 .controllers
                 .get(&spec.name)
@@ -104,7 +166,7 @@ impl Dispatcher {
                 None => {
                     // Stored beside the loop, for hot standbys and the next leader (which also learn
                     // it from the workers' Hellos).
-                    self.etcd_work.spawn(EtcdWork::PutSpec {
+                    self.etcd_work.push(EtcdWork::PutSpec {
                         name: spec.name.clone(),
                         encoded: crate::fleet::spec_codec::encode(&spec),
                     });
@@ -134,7 +196,7 @@ impl Dispatcher {
             }
         }
         let Some(w) = self.workers.get_mut(&id) else {
-            return Ok(Err(HelloRefused::LostRegistration { worker: id }));
+            return Err(HelloRefused::LostRegistration { worker: id });
         };
         for h in &hello.held {
             if h.term >= self.term || self.items.contains_key(&(h.term, h.item_id)) {
@@ -171,15 +233,22 @@ impl Dispatcher {
         w.handshaken = true;
         w.disconnected_since = None;
         let shards = self.shards.owned_by(&id);
+        // Moves away from it waited for this Hello (it might have held items nobody here knew of):
+        // what it holds is known now, so they can finish once those are done.
+        for &s in &shards {
+            if matches!(self.shards.state(s), ShardState::Moving { .. }) {
+                self.pending_moves.insert(s);
+            }
+        }
         self.needs_rebalance = true;
         info!(worker = %id, held = hello.held.len(), shards = shards.len(), "worker connected");
         self.warn_on_mixed_controllers();
-        Ok(Ok(proto::Welcome {
+        Ok(proto::Welcome {
             term: self.term,
             leader_id: self.ctx.leader.id.clone(),
             shards,
             rejected,
-        }))
+        })
     }
 
     /// Shards are fleet-wide: a worker without a controller other connected workers run holds that
@@ -214,28 +283,6 @@ impl Dispatcher {
         }
     }
 
-    pub(super) async fn confirm_registration(
-        &mut self,
-        id: &str,
-        lease_id: i64,
-    ) -> Result<bool, etcd_client::Error> {
-        let mut etcd = self.ctx.etcd.clone();
-        let resp = etcd.get(self.keys.worker(id), None).await?;
-        let Some(kv) = resp.kvs().first() else {
-            return Ok(false);
-        };
-        if kv.lease() != lease_id {
-            return Ok(false);
-        }
-        let capacity = Registration::capacity_of(kv.value());
-        self.on_registry(RegistryEvent::Up {
-            id: id.to_owned(),
-            lease_id,
-            capacity,
-        });
-        Ok(true)
-    }
-
     /// A worker that stays away longer than the grace while its lease lives would keep its shards
     /// forever; revoke its lease (it fences itself on the next renewal) and free its items a lease
     /// TTL later, when it has certainly stopped. The revoke runs beside the loop; until its result
@@ -259,7 +306,12 @@ impl Dispatcher {
                 w.fenced_until = Some(now.checked_add(MAX_LEASE_TTL).unwrap_or(now));
                 self.access_dirty = true;
             }
-            self.etcd_work.spawn(EtcdWork::Fence { worker, lease });
+            let shards = self.shards.owned_by(&worker);
+            self.etcd_work.push(EtcdWork::Fence {
+                worker,
+                lease,
+                shards,
+            });
         }
     }
 
@@ -273,7 +325,14 @@ impl Dispatcher {
         }
     }
 
-    pub(super) fn on_registry(&mut self, ev: RegistryEvent) {
+    /// An event of the registry watch, at etcd revision `revision`.
+    pub(super) fn on_registry(&mut self, revision: i64, ev: RegistryEvent) {
+        self.registry_revision = self.registry_revision.max(revision);
+        self.apply_registration(ev);
+    }
+
+    /// A worker's registration appeared, changed or went.
+    pub(super) fn apply_registration(&mut self, ev: RegistryEvent) {
         match ev {
             RegistryEvent::Up {
                 id,
@@ -342,7 +401,8 @@ impl Dispatcher {
                 continue;
             }
             match self.shards.state(s).clone() {
-                // Its ownership keys died with its lease.
+                // Its ownership keys died with its lease (or, fenced, live on until it has certainly
+                // stopped: a claim waits for them).
                 ShardState::Owned(o) if o == id => self.shards.set_state(s, ShardState::Unowned),
                 ShardState::Moving { from, .. } if from == id => {
                     self.shards.set_state(s, ShardState::Unowned)
@@ -361,58 +421,6 @@ impl Dispatcher {
         }
         self.needs_rebalance = true;
         self.access_dirty = true;
-    }
-}
-
-/// Follows `workers/` from `revision`, turning puts and deletes into registry events.
-pub(super) async fn watch_registry(
-    mut etcd: Client,
-    keys: FleetKeys,
-    revision: i64,
-    tx: mpsc::UnboundedSender<RegistryEvent>,
-    stop: CancellationToken,
-) {
-    let options = WatchOptions::new()
-        .with_prefix()
-        .with_start_revision(revision);
-    let mut stream = match etcd.watch(keys.workers_prefix(), Some(options)).await {
-        Ok(stream) => stream,
-        Err(err) => {
-            warn!(error = %err, "cannot watch worker registrations; ending the term");
-            return;
-        }
-    };
-    loop {
-        let message = tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            m = stream.message() => m,
-        };
-        let Ok(Some(resp)) = message else {
-            warn!("worker registration watch ended; ending the term");
-            return;
-        };
-        if resp.canceled() {
-            warn!("worker registration watch cancelled (compacted?); ending the term");
-            return;
-        }
-        for event in resp.events() {
-            let Some(kv) = event.kv() else { continue };
-            let Some(id) = keys.parse_worker(kv.key()) else {
-                continue;
-            };
-            let ev = match event.event_type() {
-                etcd_client::EventType::Put => RegistryEvent::Up {
-                    id: id.to_owned(),
-                    lease_id: kv.lease(),
-                    capacity: Registration::capacity_of(kv.value()),
-                },
-                etcd_client::EventType::Delete => RegistryEvent::Down { id: id.to_owned() },
-            };
-            if tx.send(ev).is_err() {
-                return;
-            }
-        }
     }
 }
 

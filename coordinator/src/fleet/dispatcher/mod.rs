@@ -8,16 +8,19 @@
 //!   item of it, or its lease is gone (handover without overlap);
 //! - a worker that stops talking keeps its items until it reports them in a new Hello or its lease expires
 //!   (the worker fences itself before that), so a broken stream never frees a key early.
+//!
+//! The [`Dispatcher`] itself never awaits: it decides, sends to worker streams (which never block), and
+//! queues what it wants of etcd as [`EtcdWork`]; the term's loop (`run`) runs that work beside it and
+//! feeds results back as events. So a slow etcd stops only what waits for it, and the unit tests
+//! (`tests`) drive the dispatcher on paused time, playing etcd and the workers themselves.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, GetOptions, WatchOptions};
+use etcd_client::Client;
 use flotilla_common::Verdict;
-use flotilla_common::{
-    Elected, Election, ElectionError, FleetKeys, LeaderInfo, Reason, ResourceKind,
-};
+use flotilla_common::{Elected, Election, ElectionError, LeaderInfo, Reason, ResourceKind};
 use flotilla_proto as proto;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
@@ -45,11 +48,18 @@ mod etcd_work;
 mod handover;
 mod membership;
 mod routing;
+mod run;
 mod status;
+#[cfg(test)]
+mod tests;
 
 pub use controllers::DISCOVERY_PERIOD;
-use etcd_work::{EtcdDone, EtcdWorker};
-use membership::watch_registry;
+use etcd_work::{EtcdDone, EtcdWork, TermStart};
+use membership::PendingHello;
+pub use run::spawn;
+
+/// Where the answer to a Hello goes: the Welcome, or why the worker is refused.
+pub type HelloReply = oneshot::Sender<Result<proto::Welcome, HelloRefused>>;
 
 /// Requests to the dispatcher, from the gRPC services.
 #[derive(Debug)]
@@ -59,7 +69,7 @@ pub enum Command {
         hello: Hello,
         conn_id: u64,
         tx: Outbound,
-        reply: oneshot::Sender<Result<proto::Welcome, HelloRefused>>,
+        reply: HelloReply,
     },
     /// A worker granted credits.
     Credit {
@@ -86,16 +96,27 @@ pub enum Command {
     },
 }
 
+/// Commands wait for the dispatcher in a channel of this capacity (the loop takes up to 4096 at a time).
+/// Back-pressure: a sender whose command does not fit waits — a worker stream's task, and through it
+/// gRPC flow control, the worker's sends; an admin call; a benchmark's enqueue. That cannot deadlock:
+/// the dispatcher never waits on any of them (it answers through oneshots and unbounded worker streams,
+/// and never sends on this channel itself).
+pub const COMMAND_CAPACITY: usize = 1024;
+
 /// A handle to the running dispatcher of the current term.
 #[derive(Clone, Debug)]
 pub struct DispatcherHandle {
-    tx: mpsc::UnboundedSender<Command>,
+    tx: mpsc::Sender<Command>,
 }
 
 impl DispatcherHandle {
-    /// Sends a command; false once the term has ended.
-    pub fn send(&self, cmd: Command) -> bool {
-        self.tx.send(cmd).is_ok()
+    /// Sends a command, waiting while [`COMMAND_CAPACITY`] commands are queued; false once the term
+    /// has ended.
+    ///
+    /// # Cancel safety
+    /// A send cancelled while waiting sends nothing.
+    pub async fn send(&self, cmd: Command) -> bool {
+        self.tx.send(cmd).await.is_ok()
     }
 }
 
@@ -116,7 +137,8 @@ impl From<ElectionError> for TermError {
     }
 }
 
-/// Everything a term needs from the process.
+/// Everything a term needs from the process. The loop keeps the etcd parts; the dispatcher gets the rest
+/// ([`TermEnv`]).
 pub struct TermContext {
     pub config: Arc<CoordinatorConfig>,
     pub etcd: Client,
@@ -128,6 +150,19 @@ pub struct TermContext {
     pub queue_metrics: QueueMetricsFamilies,
     /// Where this term publishes who may read the cache.
     pub access: CacheAccess,
+}
+
+/// What the dispatcher's decisions need of the process: no etcd (what it wants of etcd it queues as
+/// [`EtcdWork`] and hears back as [`EtcdDone`]).
+pub(super) struct TermEnv {
+    pub(super) config: Arc<CoordinatorConfig>,
+    /// The term: the create revision of the leader's election key.
+    pub(super) term: u64,
+    pub(super) leader: LeaderInfo,
+    pub(super) informers: Informers,
+    pub(super) metrics: FleetMetrics,
+    pub(super) queue_metrics: QueueMetricsFamilies,
+    pub(super) access: CacheAccess,
 }
 
 /// No worker weighs more than this many times the median live worker in shard assignment, whatever it
@@ -199,42 +234,15 @@ struct Item {
 /// How long a new leader waits for the workers it finds registered to say Hello before it rebalances.
 const SETTLE: Duration = Duration::from_secs(2);
 
-/// Starts the dispatcher of one term; it runs until `stop` is cancelled or the term ends on its own
-/// (deposed, or etcd lost). The returned handle serves the gRPC services.
-pub fn spawn(
-    ctx: TermContext,
-    stop: CancellationToken,
-) -> (
-    DispatcherHandle,
-    tokio::task::JoinHandle<Result<(), TermError>>,
-) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(async move {
-        let (discovered_tx, discovered) = mpsc::unbounded_channel();
-        let (etcd_tx, etcd_done) = mpsc::unbounded_channel();
-        let etcd_work = EtcdWorker {
-            etcd: ctx.etcd.clone(),
-            election: ctx.election.clone(),
-            elected: ctx.elected.clone(),
-            keys: FleetKeys::new(&ctx.config.fleet),
-            done: etcd_tx,
-            stop: stop.child_token(),
-        };
-        let mut d = Dispatcher::new(ctx, discovered_tx, etcd_work);
-        d.run(rx, discovered, etcd_done, stop).await
-    });
-    (DispatcherHandle { tx }, task)
-}
-
+/// The state of one term and every decision on it; see the module documentation.
 struct Dispatcher {
-    ctx: TermContext,
+    ctx: TermEnv,
     term: u64,
-    keys: FleetKeys,
     controllers: HashMap<String, ControllerState>,
     routes: Routes,
     /// The ownerReference graph routing owner-graph controllers, and the discoveries that feed it.
     graph: OwnerGraph,
-    discovered_tx: mpsc::UnboundedSender<Vec<ResourceKind>>,
+    discovered_tx: mpsc::Sender<Vec<ResourceKind>>,
     /// Cancelled when the term ends: stops the tasks the term spawned on demand.
     term_tasks: CancellationToken,
     workers: HashMap<String, WorkerState>,
@@ -250,8 +258,13 @@ struct Dispatcher {
     /// Shards whose ownership write is with etcd: undispatchable, and left alone by rebalancing and
     /// worker loss until the result is back.
     committing: BTreeSet<u32>,
-    /// Runs etcd writes beside the loop; their results arrive on the loop's `etcd_done` channel.
-    etcd_work: EtcdWorker,
+    /// etcd work decided and not yet handed to the loop ([`Dispatcher::take_etcd_work`]); results come
+    /// back through [`Dispatcher::on_etcd_done`].
+    etcd_work: Vec<EtcdWork>,
+    /// Hellos waiting for their worker's registration to be read, by stream.
+    pending_hellos: HashMap<u64, PendingHello>,
+    /// The newest etcd revision the registry watch (or the term's start) has told of.
+    registry_revision: i64,
     needs_rebalance: bool,
     settle_until: Instant,
     /// Whether workers or controllers changed since the cache access view was last published.
@@ -264,17 +277,12 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub(super) fn new(
-        ctx: TermContext,
-        discovered_tx: mpsc::UnboundedSender<Vec<ResourceKind>>,
-        etcd_work: EtcdWorker,
-    ) -> Self {
-        let term = ctx.elected.term();
-        let keys = FleetKeys::new(&ctx.config.fleet);
+    /// A dispatcher with nothing known yet; [`Dispatcher::start`] gives it what etcd holds. Owner-graph
+    /// discoveries it starts report on `discovered_tx`.
+    pub(super) fn new(ctx: TermEnv, discovered_tx: mpsc::Sender<Vec<ResourceKind>>) -> Self {
         let shards = ShardTable::new(ctx.config.shards);
         Self {
-            term,
-            keys,
+            term: ctx.term,
             controllers: HashMap::new(),
             routes: Routes::default(),
             graph: OwnerGraph::default(),
@@ -290,7 +298,9 @@ impl Dispatcher {
             outbox: HashMap::new(),
             pending_moves: BTreeSet::new(),
             committing: BTreeSet::new(),
-            etcd_work,
+            etcd_work: Vec::new(),
+            pending_hellos: HashMap::new(),
+            registry_revision: 0,
             needs_rebalance: true,
             settle_until: Instant::now() + SETTLE,
             access_dirty: true,
@@ -301,80 +311,34 @@ impl Dispatcher {
         }
     }
 
-    pub(super) async fn run(
-        &mut self,
-        mut commands: mpsc::UnboundedReceiver<Command>,
-        mut discovered: mpsc::UnboundedReceiver<Vec<ResourceKind>>,
-        mut etcd_done: mpsc::UnboundedReceiver<EtcdDone>,
-        stop: CancellationToken,
-    ) -> Result<(), TermError> {
-        let mut events = self.ctx.informers.subscribe();
-        let _tasks_guard = self.term_tasks.clone().drop_guard();
-        let revision = self.load().await?;
-        let (reg_tx, mut registry) = mpsc::unbounded_channel();
-        let watch_stop = stop.child_token();
-        let _watch_guard = watch_stop.clone().drop_guard();
-        tokio::spawn(watch_registry(
-            self.ctx.etcd.clone(),
-            self.keys.clone(),
-            revision + 1,
-            reg_tx,
-            watch_stop,
-        ));
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
-        info!(
-            term = self.term,
-            workers = self.workers.len(),
-            controllers = self.controllers.len(),
-            "leading"
-        );
-        loop {
-            let deadline = self.next_deadline();
-            tokio::select! {
-                biased;
-                () = stop.cancelled() => break,
-                cmd = commands.recv() => {
-                    let Some(cmd) = cmd else { break };
-                    self.handle(cmd).await?;
-                    for _ in 0..4096 {
-                        match commands.try_recv() {
-                            Ok(cmd) => self.handle(cmd).await?,
-                            Err(_) => break,
-                        }
-                    }
-                }
-                ev = events.recv() => {
-                    if let Some(ev) = ev {
-                        self.on_informer_event(ev);
-                        for _ in 0..4096 {
-                            match events.try_recv() {
-                                Ok(ev) => self.on_informer_event(ev),
-                                Err(_) => break,
-                            }
-                        }
-                    }
-                }
-                Some(kinds) = discovered.recv() => self.on_discovered(kinds),
-                reg = registry.recv() => match reg {
-                    Some(reg) => self.on_registry(reg),
-                    None => return Err(TermError::Etcd(etcd_client::Error::WatchError("worker registry watch ended".into()))),
-                },
-                Some(done) = etcd_done.recv() => match done {
-                    EtcdDone::Shard(write, outcome) => self.on_shard_written(write, outcome),
-                    EtcdDone::Fenced { worker, ttl } => self.on_fenced(&worker, ttl),
-                    EtcdDone::Deposed(err) => return Err(err.into()),
-                },
-                () = sleep_until_opt(deadline) => self.promote_due(),
-                _ = tick.tick() => self.periodic(),
-            }
-            if !self.pending_moves.is_empty() {
-                self.complete_moves();
-            }
-            self.pump();
-            self.flush();
-            if self.access_dirty {
-                self.publish_access();
-            }
+    /// What every turn of the loop ends with, after its events: hands off the moves that can finish,
+    /// sends what workers have credits for, and publishes the cache access view if it changed.
+    pub(super) fn end_turn(&mut self) {
+        if !self.pending_moves.is_empty() {
+            self.complete_moves();
+        }
+        self.pump();
+        self.flush();
+        if self.access_dirty {
+            self.publish_access();
+        }
+    }
+
+    /// The etcd work decided since the last call, for the loop to run beside itself.
+    pub(super) fn take_etcd_work(&mut self) -> Vec<EtcdWork> {
+        std::mem::take(&mut self.etcd_work)
+    }
+
+    /// A result of etcd work.
+    ///
+    /// # Errors
+    /// [`TermError::Deposed`] when a fenced write found another leader: the term must end.
+    pub(super) fn on_etcd_done(&mut self, done: EtcdDone) -> Result<(), TermError> {
+        match done {
+            EtcdDone::Shard(write, outcome) => self.on_shard_written(write, outcome),
+            EtcdDone::Fenced { worker, ttl } => self.on_fenced(&worker, ttl),
+            EtcdDone::Registration { conn_id, read } => self.on_registration_read(conn_id, read),
+            EtcdDone::Deposed(err) => return Err(err.into()),
         }
         Ok(())
     }
@@ -392,17 +356,15 @@ impl Dispatcher {
         self.ctx.access.publish(workers, self.declared_kinds());
     }
 
-    pub(super) async fn handle(&mut self, cmd: Command) -> Result<(), TermError> {
+    /// A command from the gRPC services.
+    pub(super) fn handle(&mut self, cmd: Command) {
         match cmd {
             Command::Connect {
                 hello,
                 conn_id,
                 tx,
                 reply,
-            } => {
-                let result = self.connect(hello, conn_id, tx).await?;
-                let _ = reply.send(result);
-            }
+            } => self.connect(hello, conn_id, tx, reply),
             Command::Credit {
                 worker,
                 conn_id,
@@ -413,7 +375,7 @@ impl Dispatcher {
                     .get_mut(&worker)
                     .filter(|w| w.conn.as_ref().is_some_and(|c| c.id == conn_id))
                 else {
-                    return Ok(());
+                    return;
                 };
                 if !w.grant(&credit.controller, credit.n)
                     && let Verdict::Log { suppressed } = self
@@ -441,7 +403,7 @@ impl Dispatcher {
                     .is_some_and(|c| c.id == conn_id);
                 if !current {
                     // A stale stream: the worker's Hello on its new stream settled what it holds.
-                    return Ok(());
+                    return;
                 }
                 for d in done {
                     self.on_done(&worker, d);
@@ -474,13 +436,5 @@ impl Dispatcher {
                 }
             }
         }
-        Ok(())
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

@@ -229,6 +229,16 @@ impl Dispatcher {
             else {
                 return;
             };
+            // Routed before a Hello reported the key held from an earlier term: it waits for that.
+            if !self.foreign_keys.is_empty() {
+                let pair = (controller.to_owned(), key);
+                if self.foreign_keys.contains(&pair) {
+                    self.deferred.insert(pair);
+                    continue;
+                }
+                self.send_item(worker, pair.0, pair.1, shard);
+                continue;
+            }
             self.send_item(worker, controller.to_owned(), key, shard);
         }
     }

@@ -1,0 +1,17 @@
+//! End-to-end tests of what deploys Flotilla against the built binaries: `--check-config` on good and
+//! bad flags, `flotilla rbac`, and — when `FLOTILLA_HELM_RENDERS` names a directory of `helm template`
+//! outputs, as `deploy/helm/check.sh` writes them — the Helm chart's manifests parsed into their
+//! Kubernetes types, their commands accepted by the binaries and their ClusterRoles equal to
+//! `flotilla rbac`'s.
+//!
+//! The binaries must be built first (`cargo build --workspace --bins`; the README's test command does).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod deploy {
+    pub mod binaries;
+
+    mod chart;
+    mod check_config;
+    mod rbac;
+}
