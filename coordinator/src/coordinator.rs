@@ -466,7 +466,7 @@ impl Process {
             if owner_graph && tokio::time::Instant::now() >= next_discovery {
                 next_discovery = tokio::time::Instant::now() + fleet::DISCOVERY_PERIOD;
                 match deletable_resources(&self.informers.client()).await {
-                    Ok(kinds) => kinds.iter().for_each(|k| self.informers.ensure(k)),
+                    Ok(kinds) => kinds.iter().for_each(|k| self.informers.ensure_metadata(k)),
                     Err(err) => {
                         warn!(error = %err, "resource discovery for the owner graph failed")
                     }

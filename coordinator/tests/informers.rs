@@ -257,7 +257,7 @@ async fn informers_sync_then_report_adds_updates_and_deletes_in_order_with_index
     assert!(informers.is_synced(&configmaps()));
     let store = informers.store(&configmaps()).unwrap();
     assert!(
-        store.get("a/pre").unwrap().value["metadata"]
+        store.get("a/pre").unwrap().to_value()["metadata"]
             .get("managedFields")
             .is_none()
     );
@@ -418,5 +418,84 @@ async fn a_kind_the_server_does_not_serve_stays_unsynced_without_disturbing_the_
     assert!(informers.is_synced(&configmaps()));
     assert!(!informers.is_synced(&missing));
     assert_eq!(informers.store(&missing).map(|s| s.len()), Some(0));
+    informers.shutdown();
+}
+
+#[tokio::test]
+async fn a_metadata_only_informer_caches_metadata_and_is_upgraded_in_place_to_whole_objects() {
+    let fx = Fixture::start().await;
+    fx.create_configmap("a", "cm", json!({"app": "web"}), Some("u-rs"))
+        .await;
+    let informers = fx.informers();
+    let mut events = informers.subscribe();
+
+    informers.ensure_metadata(&configmaps());
+    until(&mut events, "the metadata-only sync", |e| {
+        matches!(e, InformerEvent::Synced { .. })
+    })
+    .await;
+    let store = informers.store(&configmaps()).unwrap();
+    let cached = store.get("a/cm").unwrap();
+    assert!(
+        cached.partial,
+        "a metadata-only informer caches partial objects"
+    );
+    assert!(
+        cached.to_value().get("data").is_none(),
+        "no body is listed: {}",
+        cached.to_value()
+    );
+    assert_eq!(
+        cached.to_value()["kind"],
+        "ConfigMap",
+        "the object keeps its own kind"
+    );
+    assert_eq!(cached.labels.get("app").map(String::as_str), Some("web"));
+    assert_eq!(
+        cached.controller_owner.as_ref().map(|o| o.uid.as_str()),
+        Some("u-rs"),
+        "owners are in the metadata"
+    );
+    informers.ensure_metadata(&configmaps());
+    assert!(
+        informers.is_synced(&configmaps()),
+        "asking again changes nothing"
+    );
+
+    informers.ensure(&configmaps());
+    assert!(
+        !informers.is_synced(&configmaps()),
+        "an upgraded informer is unsynced until its whole objects are listed"
+    );
+    assert!(
+        store.get("a/cm").is_some_and(|o| o.partial),
+        "until then the store keeps serving the metadata"
+    );
+    let upgraded = until(
+        &mut events,
+        "the whole object",
+        |e| matches!(e, InformerEvent::Applied { new, .. } if new.key() == "a/cm" && !new.partial),
+    )
+    .await;
+    let InformerEvent::Applied { old, new } = upgraded else {
+        unreachable!()
+    };
+    assert!(
+        old.is_some_and(|o| o.partial),
+        "the whole object replaces the partial one as an update"
+    );
+    assert_eq!(new.to_value()["data"]["k"], "v");
+    until(&mut events, "the upgraded sync", |e| {
+        matches!(e, InformerEvent::Synced { .. })
+    })
+    .await;
+    assert!(informers.is_synced(&configmaps()));
+    assert!(
+        informers
+            .store(&configmaps())
+            .unwrap()
+            .get("a/cm")
+            .is_some_and(|o| !o.partial)
+    );
     informers.shutdown();
 }

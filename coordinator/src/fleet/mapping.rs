@@ -147,12 +147,13 @@ fn map_related(
             let Some(name) = object.string_at(name_path) else {
                 return;
             };
-            let namespace = match namespace_path {
-                Some(path) => object.string_at(path),
+            let named_namespace = namespace_path.as_ref().map(|path| object.string_at(path));
+            let namespace = match &named_namespace {
+                Some(named) => named.as_deref(),
                 None => ns,
             };
             if names_primary(namespace) {
-                emit(primary.object_key(namespace, name));
+                emit(primary.object_key(namespace, &name));
             }
         }
         MappingRule::FanOut => {

@@ -61,7 +61,7 @@ impl SelectorIndex {
             return;
         }
         self.unfile(&key);
-        let selector = lookup(&primary.value, &self.path).and_then(parse_selector);
+        let selector = primary.field(&self.path).as_ref().and_then(parse_selector);
         match selector {
             Some(selector) if !selector.is_nothing() => {
                 self.file(&key, primary.namespace.clone(), &selector);
@@ -197,11 +197,6 @@ pub fn parse_selector(selector: &Value) -> Option<LabelSelector> {
     parsed.ok()
 }
 
-/// The value at a dotted path, e.g. `spec.selector`.
-pub fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
-    path.split('.').try_fold(value, |v, part| v.get(part))
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -330,28 +325,18 @@ mod tests {
                 let scan: Vec<String> = live
                     .values()
                     .filter(|o| o.namespace.as_deref() == Some(ns))
-                    .filter(|o| lookup(&o.value, "spec.selector").is_some_and(|s| matches(s, &labels)))
+                    .filter(|o| o.field("spec.selector").is_some_and(|s| matches(&s, &labels)))
                     .map(CachedObject::key)
                     .collect();
                 prop_assert_eq!(found(&index, Some(ns), &labels), scan.clone());
                 let everywhere: Vec<String> = live
                     .values()
-                    .filter(|o| lookup(&o.value, "spec.selector").is_some_and(|s| matches(s, &labels)))
+                    .filter(|o| o.field("spec.selector").is_some_and(|s| matches(&s, &labels)))
                     .map(CachedObject::key)
                     .collect();
                 prop_assert_eq!(found(&index, None, &labels), everywhere);
             }
         }
-    }
-
-    #[test]
-    fn lookup_follows_dotted_paths() {
-        let v = serde_json::json!({"spec": {"selector": {"app": "web"}}});
-        assert_eq!(
-            lookup(&v, "spec.selector.app"),
-            Some(&Value::String("web".into()))
-        );
-        assert_eq!(lookup(&v, "spec.missing"), None);
     }
 
     #[test]

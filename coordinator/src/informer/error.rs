@@ -3,11 +3,13 @@
 /// An object the informer could not take into its cache; the object is skipped, logged and counted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InformerError {
-    /// The object is not a JSON object.
-    #[error("{kind}: object is not a json object")]
-    NotAnObject {
+    /// The value is not an object with valid metadata.
+    #[error("{kind}: not an object with valid metadata: {message}")]
+    Decode {
         /// The kind being watched.
         kind: String,
+        /// serde_json's message.
+        message: String,
     },
     /// A required field is missing or has the wrong JSON type.
     #[error("{kind}: field {field} is missing or not {expected}")]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use flotilla_common::ResourceKind;
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta, TypeMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
@@ -52,6 +52,8 @@ struct Inner {
 }
 
 struct Running {
+    /// Whether the informer lists and watches metadata only (see [`Informers::ensure_metadata`]).
+    metadata_only: bool,
     store: Store,
     synced: Arc<AtomicBool>,
     unserved: Arc<AtomicBool>,
@@ -132,14 +134,41 @@ impl Informers {
     /// stopped, [`Informers::retry_unserved`] starts it afresh. Does nothing after shutdown. A scoped
     /// kind follows the factory's [`NamespaceScope`] (see [`Informers::scoped`]).
     ///
+    /// A kind whose informer runs metadata-only ([`Informers::ensure_metadata`]) is upgraded: that
+    /// informer stops and a full one takes over its store, unsynced until its list is in. Until then
+    /// the store keeps serving the metadata-only objects (the owner graph never sees a half-listed
+    /// cache); the list then replaces every one of them in one step, each as an update.
+    ///
     /// # Panics
     /// Outside a Tokio runtime (it spawns the informer task).
     pub fn ensure(&self, kind: &ResourceKind) {
         let mut running = self.inner.running.lock();
+        let store = match running.get(kind) {
+            Some(r) if !r.metadata_only => return,
+            Some(r) => {
+                r.cancel.cancel();
+                tracing::info!(%kind, "a controller needs whole objects: upgrading a metadata-only informer");
+                Some(r.store.clone())
+            }
+            None => None,
+        };
+        self.start(&mut running, kind, false, store);
+    }
+
+    /// As [`Informers::ensure`], for a reader that needs only each object's metadata (the owner
+    /// graph, as upstream's garbage collector uses metadata informers): the informer lists and watches
+    /// `PartialObjectMetadata`, so its cache holds names, labels, owners and finalizers but no spec or
+    /// status — a fraction of the memory and of the decoding. A kind already informed (either way) is
+    /// left as it is.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn ensure_metadata(&self, kind: &ResourceKind) {
+        let mut running = self.inner.running.lock();
         if running.contains_key(kind) {
             return;
         }
-        self.start(&mut running, kind);
+        self.start(&mut running, kind, true, None);
     }
 
     /// Starts afresh every informer that stopped because its kind was not served (a CRD may have been
@@ -149,35 +178,43 @@ impl Informers {
     /// Outside a Tokio runtime.
     pub fn retry_unserved(&self) -> usize {
         let mut running = self.inner.running.lock();
-        let unserved: Vec<ResourceKind> = running
+        let unserved: Vec<(ResourceKind, bool)> = running
             .iter()
             .filter(|(_, r)| r.unserved.load(Ordering::Acquire))
-            .map(|(kind, _)| kind.clone())
+            .map(|(kind, r)| (kind.clone(), r.metadata_only))
             .collect();
-        for kind in &unserved {
+        for (kind, metadata_only) in &unserved {
             tracing::debug!(%kind, "retrying an informer of a kind that was not served");
-            self.start(&mut running, kind);
+            self.start(&mut running, kind, *metadata_only, None);
         }
         unserved.len()
     }
 
-    fn start(&self, running: &mut BTreeMap<ResourceKind, Running>, kind: &ResourceKind) {
+    fn start(
+        &self,
+        running: &mut BTreeMap<ResourceKind, Running>,
+        kind: &ResourceKind,
+        metadata_only: bool,
+        store: Option<Store>,
+    ) {
         if self.inner.cancel.is_cancelled() {
             return;
         }
         let cancel = self.inner.cancel.child_token();
         let state = InformerState {
             kind: kind.clone(),
-            store: Store::default(),
+            store: store.unwrap_or_default(),
             synced: Arc::default(),
             unserved: Arc::default(),
             unserved_after: self.inner.unserved_after,
+            metadata_only,
             subscriber: self.inner.subscriber.clone(),
             metrics: self.inner.metrics.clone(),
         };
         running.insert(
             kind.clone(),
             Running {
+                metadata_only,
                 store: state.store.clone(),
                 synced: state.synced.clone(),
                 unserved: state.unserved.clone(),
@@ -188,8 +225,8 @@ impl Informers {
             .store
             .set_named_indexes(&self.inner.indexes.lock().of_kind(kind));
         let span = tracing::info_span!("informer", kind = %kind);
-        tracing::info!(%kind, "starting informer");
-        let (parts, matching, make) = self.streams(kind);
+        tracing::info!(%kind, metadata_only, "starting informer");
+        let (parts, matching, make) = self.streams(kind, metadata_only);
         tokio::spawn(run_scoped_informer(state, parts, matching, make, cancel).instrument(span));
     }
 
@@ -198,6 +235,7 @@ impl Informers {
     fn streams(
         &self,
         kind: &ResourceKind,
+        metadata_only: bool,
     ) -> (
         Vec<Option<String>>,
         Option<MatchingNamespaces>,
@@ -225,28 +263,32 @@ impl Informers {
             _ => (vec![None], None),
         };
         let listed = parts.clone();
+        let typed = kind.clone();
         let make = move || -> PartEvents {
             // The default config asks for bookmarks and pages lists by 500 like client-go.
             let streams = listed.iter().enumerate().map(|(i, part)| {
-                let (api, config): (Api<DynamicObject>, _) = match part {
-                    None => (
-                        Api::all_with(client.clone(), &resource),
-                        watcher::Config::default(),
-                    ),
-                    Some(ns) if namespaced => (
-                        Api::namespaced_with(client.clone(), ns, &resource),
-                        watcher::Config::default(),
-                    ),
-                    // A Namespace of the list: the one object of that name.
+                // Which objects the part covers: every one, one namespace's, or (a Namespace of
+                // the list) the one object of that name.
+                let (namespace, config) = match part {
+                    None => (None, watcher::Config::default()),
+                    Some(ns) if namespaced => (Some(ns.as_str()), watcher::Config::default()),
                     Some(ns) => (
-                        Api::all_with(client.clone(), &resource),
+                        None,
                         watcher::Config::default().fields(&format!("metadata.name={ns}")),
                     ),
                 };
-                watcher(api, config)
-                    .default_backoff()
-                    .map(move |event| (i, event))
-                    .boxed()
+                if metadata_only {
+                    let typed = typed.clone();
+                    watcher(api_of(&client, &resource, namespace), config)
+                        .default_backoff()
+                        .map(move |event| (i, event.map(|e| whole(&typed, e))))
+                        .boxed()
+                } else {
+                    watcher(api_of(&client, &resource, namespace), config)
+                        .default_backoff()
+                        .map(move |event| (i, event))
+                        .boxed()
+                }
             });
             futures::stream::select_all(streams).boxed()
         };
@@ -333,6 +375,41 @@ impl Informers {
     /// their last content. Dropping the last clone does the same.
     pub fn shutdown(&self) {
         self.inner.cancel.cancel();
+    }
+}
+
+/// The API of `resource` in `namespace` (every namespace, or cluster-scoped, when `None`); with
+/// `PartialObjectMeta` objects, kube-rs asks for metadata only.
+fn api_of<K>(client: &kube::Client, resource: &ApiResource, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+/// A metadata-only watch event as the informer task takes it: an object of its own kind (the server
+/// sends `meta.k8s.io/v1` `PartialObjectMetadata`) with no body beyond its metadata.
+fn whole(
+    kind: &ResourceKind,
+    event: watcher::Event<PartialObjectMeta<DynamicObject>>,
+) -> watcher::Event<DynamicObject> {
+    let object = |partial: PartialObjectMeta<DynamicObject>| DynamicObject {
+        types: Some(TypeMeta {
+            api_version: kind.api_version(),
+            kind: kind.kind.clone(),
+        }),
+        metadata: partial.metadata,
+        data: serde_json::Value::Object(serde_json::Map::new()),
+    };
+    match event {
+        watcher::Event::Apply(o) => watcher::Event::Apply(object(o)),
+        watcher::Event::Delete(o) => watcher::Event::Delete(object(o)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(object(o)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 

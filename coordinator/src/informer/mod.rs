@@ -5,6 +5,7 @@ mod discovery;
 mod error;
 mod event;
 mod factory;
+mod json_field;
 mod metrics;
 mod named_index;
 mod namespace_filter;

@@ -1,9 +1,13 @@
-//! An object as the cache holds it: parsed once when it arrives, serialized once for every worker.
+//! An object as the cache holds it: parsed once when it arrives into the fields the cache indexes by,
+//! and kept as the JSON every worker receives — once, not beside a parsed copy (a `serde_json::Value`
+//! of an object takes several times its JSON's size). A field the indexes do not hold is read from the
+//! JSON on demand.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use flotilla_common::ResourceKind;
+use kube::api::{DynamicObject, TypeMeta};
 use serde_json::Value;
 
 use super::InformerError;
@@ -49,10 +53,11 @@ pub struct CachedObject {
     pub node_name: Option<String>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// Only the metadata was listed (a metadata-only informer, see `Informers::ensure_metadata`):
+    /// the object has `apiVersion`, `kind` and `metadata`, no spec, status or data.
+    pub partial: bool,
     /// The object without `metadata.managedFields`, with `apiVersion` and `kind` filled in (list
-    /// items may lack them, and typed clients need them).
-    pub value: Value,
-    /// `value` serialized: what workers receive, as is.
+    /// items may lack them, and typed clients need them), serialized: what workers receive, as is.
     pub json: Bytes,
 }
 
@@ -62,86 +67,117 @@ impl CachedObject {
         self.kind.object_key(self.namespace.as_deref(), &self.name)
     }
 
-    /// The non-empty string at dotted `path` of the object (`spec.volumeName`), if there is one.
-    pub fn string_at(&self, path: &str) -> Option<&str> {
-        flotilla_common::string_at(&self.value, path)
+    /// The value at dotted `path` of the object (`spec.selector`), read from its JSON (only that
+    /// field is built).
+    pub fn field(&self, path: &str) -> Option<Value> {
+        super::json_field::field(&self.json, path)
     }
 
-    /// Parses an object of `kind` as the API server sent it, strips `metadata.managedFields` and
-    /// serializes the result once.
+    /// The non-empty string at dotted `path` of the object (`spec.volumeName`), if there is one.
+    pub fn string_at(&self, path: &str) -> Option<String> {
+        match self.field(path) {
+            Some(Value::String(s)) if !s.is_empty() => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The whole object, parsed from its JSON: for tests and diagnostics, not for paths that run per
+    /// event (use [`CachedObject::field`]).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+
+    /// [`CachedObject::from_dynamic`] of a JSON value (tests, and callers holding a value).
     ///
     /// # Errors
-    /// [`InformerError`] when the value is not an object, or `metadata.name`/`metadata.uid` is
-    /// missing, or labels, ownerReferences or `spec.nodeName` have the wrong JSON types.
-    pub fn from_value(kind: &ResourceKind, mut value: Value) -> Result<Self, InformerError> {
+    /// [`InformerError::Decode`] when the value is not an object with valid metadata; otherwise as
+    /// [`CachedObject::from_dynamic`].
+    pub fn from_value(kind: &ResourceKind, value: Value) -> Result<Self, InformerError> {
+        let object = serde_json::from_value(value).map_err(|e| InformerError::Decode {
+            kind: kind.to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_dynamic(kind, object)
+    }
+
+    /// Takes an object of `kind` as a watcher decoded it: reads the indexed fields from its typed
+    /// metadata, strips `metadata.managedFields`, fills in `apiVersion` and `kind`, and serializes it
+    /// once — no `serde_json::Value` of the whole object is built.
+    ///
+    /// # Errors
+    /// [`InformerError`] when `metadata.name` or `metadata.uid` is missing, an owner reference lacks
+    /// a field, or a pod's `spec.nodeName` is not a string.
+    pub fn from_dynamic(
+        kind: &ResourceKind,
+        mut object: DynamicObject,
+    ) -> Result<Self, InformerError> {
         let bad = |field, expected| InformerError::BadField {
             kind: kind.to_string(),
             field,
             expected,
         };
-        let object = value
-            .as_object_mut()
-            .ok_or_else(|| InformerError::NotAnObject {
-                kind: kind.to_string(),
-            })?;
-        if !object.get("apiVersion").is_some_and(Value::is_string) {
-            object.insert("apiVersion".into(), Value::String(kind.api_version()));
+        object.metadata.managed_fields = None;
+        let types = object.types.get_or_insert_with(TypeMeta::default);
+        if types.api_version.is_empty() {
+            types.api_version = kind.api_version();
         }
-        if !object.get("kind").is_some_and(Value::is_string) {
-            object.insert("kind".into(), Value::String(kind.kind.clone()));
+        if types.kind.is_empty() {
+            types.kind = kind.kind.clone();
         }
-        let metadata = object
-            .get_mut("metadata")
-            .and_then(Value::as_object_mut)
-            .ok_or_else(|| bad("metadata", "an object"))?;
-        metadata.remove("managedFields");
-
-        let string =
-            |field: &'static str, v: Option<&Value>| -> Result<Option<String>, InformerError> {
-                match v {
-                    None | Some(Value::Null) => Ok(None),
-                    Some(Value::String(s)) => Ok(Some(s.clone())),
-                    Some(_) => Err(bad(field, "a string")),
-                }
-            };
-        let name = string("metadata.name", metadata.get("name"))?
+        let meta = &object.metadata;
+        let name = meta
+            .name
+            .clone()
             .filter(|n| !n.is_empty())
             .ok_or_else(|| bad("metadata.name", "a non-empty string"))?;
-        let uid = string("metadata.uid", metadata.get("uid"))?
+        let uid = meta
+            .uid
+            .clone()
             .ok_or_else(|| bad("metadata.uid", "a string"))?;
-        let namespace =
-            string("metadata.namespace", metadata.get("namespace"))?.filter(|ns| !ns.is_empty());
-        let resource_version = match string("metadata.resourceVersion", metadata.get("resourceVersion"))? {
+        let namespace = meta.namespace.clone().filter(|ns| !ns.is_empty());
+        let resource_version = match &meta.resource_version {
             Some(rv) => rv.parse().unwrap_or_else(|_| {
                 tracing::warn!(%kind, %name, resource_version = %rv, "resourceVersion is not a number; caching it as 0");
                 0
             }),
             None => 0,
         };
-        let labels = match metadata.get("labels") {
-            None | Some(Value::Null) => BTreeMap::new(),
-            Some(labels) => serde_json::from_value(labels.clone())
-                .map_err(|_| bad("metadata.labels", "an object of strings"))?,
-        };
-        let owners = owner_refs(metadata.get("ownerReferences"))
-            .ok_or_else(|| bad("metadata.ownerReferences", "a list of owner references"))?;
+        let labels = meta.labels.clone().unwrap_or_default();
+        let owners: Vec<OwnerRef> = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|o| OwnerRef {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+                uid: o.uid.clone(),
+                controller: o.controller == Some(true),
+            })
+            .collect();
+        // The API server validates references; a cache fed something else refuses the object rather
+        // than index owners by an empty uid.
+        if owners.iter().any(|o| {
+            o.api_version.is_empty() || o.kind.is_empty() || o.name.is_empty() || o.uid.is_empty()
+        }) {
+            return Err(bad(
+                "metadata.ownerReferences",
+                "a list of owner references with apiVersion, kind, name and uid",
+            ));
+        }
         let controller_owner = owners.iter().find(|o| o.controller).cloned();
-        let finalizers = match metadata.get("finalizers") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(finalizers) => serde_json::from_value(finalizers.clone())
-                .map_err(|_| bad("metadata.finalizers", "a list of strings"))?,
-        };
-        let deleting = !metadata.get("deletionTimestamp").is_none_or(Value::is_null);
+        let finalizers = meta.finalizers.clone().unwrap_or_default();
+        let deleting = meta.deletion_timestamp.is_some();
         let node_name = if kind.group.is_empty() && kind.kind == "Pod" {
-            string(
-                "spec.nodeName",
-                object.get("spec").and_then(|s| s.get("nodeName")),
-            )?
-            .filter(|n| !n.is_empty())
+            match object.data.get("spec").and_then(|s| s.get("nodeName")) {
+                None | Some(Value::Null) => None,
+                Some(Value::String(n)) => Some(n.clone()).filter(|n| !n.is_empty()),
+                Some(_) => return Err(bad("spec.nodeName", "a string")),
+            }
         } else {
             None
         };
-        let json = serde_json::to_vec(&value).map_err(|e| InformerError::Serialize {
+        let json = serde_json::to_vec(&object).map_err(|e| InformerError::Serialize {
             kind: kind.to_string(),
             message: e.to_string(),
         })?;
@@ -157,32 +193,10 @@ impl CachedObject {
             finalizers,
             node_name,
             deleting,
-            value,
+            partial: false,
             json: Bytes::from(json),
         })
     }
-}
-
-/// The `ownerReferences`; `None` when malformed (not a list, or an entry lacking a string apiVersion,
-/// kind, name or uid).
-fn owner_refs(refs: Option<&Value>) -> Option<Vec<OwnerRef>> {
-    let refs = match refs {
-        None | Some(Value::Null) => return Some(Vec::new()),
-        Some(Value::Array(refs)) => refs,
-        Some(_) => return None,
-    };
-    refs.iter()
-        .map(|r| {
-            let field = |name: &str| r.get(name).and_then(Value::as_str).map(str::to_owned);
-            Some(OwnerRef {
-                api_version: field("apiVersion")?,
-                kind: field("kind")?,
-                name: field("name")?,
-                uid: field("uid")?,
-                controller: r.get("controller").and_then(Value::as_bool) == Some(true),
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -206,9 +220,8 @@ mod tests {
             }}),
         )
         .unwrap();
-        assert!(obj.value["metadata"].get("managedFields").is_none());
-        let reparsed: Value = serde_json::from_slice(&obj.json).unwrap();
-        assert_eq!(reparsed, obj.value);
+        assert!(obj.to_value()["metadata"].get("managedFields").is_none());
+        assert_eq!(obj.field("metadata.uid"), Some(Value::from("u1")));
         assert!(!String::from_utf8_lossy(&obj.json).contains("managedFields"));
     }
 
@@ -239,10 +252,11 @@ mod tests {
         assert_eq!(obj.node_name.as_deref(), Some("node-1"));
         assert!(obj.deleting);
         assert_eq!(
-            obj.value["apiVersion"], "v1",
+            obj.to_value()["apiVersion"],
+            "v1",
             "list items lack apiVersion; the cache fills it in"
         );
-        assert_eq!(obj.value["kind"], "Pod");
+        assert_eq!(obj.string_at("kind").as_deref(), Some("Pod"));
     }
 
     #[test]

@@ -10,7 +10,8 @@ use super::{CachedObject, InformerEvent};
 /// `Applied` for every relisted object that is new or changed. Unchanged objects produce nothing.
 ///
 /// An object counts as changed when its UID (deleted and recreated under the same name) or its
-/// resourceVersion differs, or, for objects without a numeric resourceVersion, its JSON does.
+/// resourceVersion differs, or, for objects without a numeric resourceVersion, its JSON does, or when
+/// a whole object replaces its metadata-only form (an informer upgraded to whole objects).
 pub(crate) fn relist_diff(
     current: &BTreeMap<String, Arc<CachedObject>>,
     relisted: Vec<Arc<CachedObject>>,
@@ -30,6 +31,7 @@ pub(crate) fn relist_diff(
         let changed = old.is_none_or(|old| {
             old.uid != new.uid
                 || old.resource_version != new.resource_version
+                || old.partial != new.partial
                 || (new.resource_version == 0 && old.json != new.json)
         });
         changed.then(|| InformerEvent::Applied {

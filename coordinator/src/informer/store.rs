@@ -208,7 +208,7 @@ impl Store {
             }
             let mut index = Index::new();
             for (key, object) in &inner.objects {
-                index_insert(&mut index, object.string_at(&slot.1), key);
+                index_insert(&mut index, object.string_at(&slot.1).as_deref(), key);
             }
             inner.named.insert(slot.clone(), index);
         }
@@ -250,7 +250,7 @@ impl StoreInner {
             index_insert(&mut self.by_label, Some(&slot), &key);
         }
         for ((_, path), index) in &mut self.named {
-            index_insert(index, object.string_at(path), &key);
+            index_insert(index, object.string_at(path).as_deref(), &key);
         }
         self.resource_version = self.resource_version.max(object.resource_version);
         self.objects.insert(key, object);
@@ -274,7 +274,7 @@ impl StoreInner {
             index_remove(&mut self.by_label, Some(&slot), key);
         }
         for ((_, path), index) in &mut self.named {
-            index_remove(index, old.string_at(path), key);
+            index_remove(index, old.string_at(path).as_deref(), key);
         }
         Some(old)
     }

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::namespace_filter::MatchingNamespaces;
 use super::scope::scoping_namespace;
-use super::{CachedObject, InformerError, InformerEvent, InformerMetrics, Store, Subscriber};
+use super::{CachedObject, InformerEvent, InformerMetrics, Store, Subscriber};
 
 /// At most this many distinct error messages are remembered for log de-duplication; past it the
 /// memory is cleared, so a flood of ever-different errors still logs but never grows without bound.
@@ -29,6 +29,8 @@ pub(crate) struct InformerState {
     pub(crate) unserved: Arc<AtomicBool>,
     /// How long a never-synced kind may keep answering 404 before its informer stops.
     pub(crate) unserved_after: Duration,
+    /// The task lists and watches metadata only: its objects are cached as [`CachedObject::partial`].
+    pub(crate) metadata_only: bool,
     pub(crate) subscriber: Subscriber,
     pub(crate) metrics: InformerMetrics,
 }
@@ -273,14 +275,12 @@ impl Task {
     }
 
     fn parse(&mut self, object: DynamicObject) -> Option<Arc<CachedObject>> {
-        let parsed = serde_json::to_value(object)
-            .map_err(|e| InformerError::Serialize {
-                kind: self.state.kind.to_string(),
-                message: e.to_string(),
-            })
-            .and_then(|value| CachedObject::from_value(&self.state.kind, value));
+        let parsed = CachedObject::from_dynamic(&self.state.kind, object);
         match parsed {
-            Ok(object) => Some(Arc::new(object)),
+            Ok(mut object) => {
+                object.partial = self.state.metadata_only;
+                Some(Arc::new(object))
+            }
             Err(error) => {
                 self.state.metrics.error(&self.state.kind.to_string());
                 tracing::warn!(kind = %self.state.kind, %error, "skipping an object the cache cannot take");
@@ -374,6 +374,7 @@ mod tests {
             synced: Arc::default(),
             unserved: Arc::default(),
             unserved_after: Duration::from_secs(60),
+            metadata_only: false,
             subscriber,
             metrics: InformerMetrics::default(),
         };
@@ -459,7 +460,7 @@ mod tests {
             ["ns/a"]
         );
         assert!(
-            store.get("ns/a").unwrap().value["metadata"]
+            store.get("ns/a").unwrap().to_value()["metadata"]
                 .get("managedFields")
                 .is_none()
         );

@@ -197,7 +197,9 @@ impl Dispatcher {
     pub(super) fn on_discovered(&mut self, kinds: Vec<ResourceKind>) {
         let added = self.graph.discovered(kinds);
         for kind in &added {
-            self.ctx.informers.ensure(kind);
+            // The graph reads metadata only; a controller that needs whole objects of the kind
+            // upgrades its informer when it registers.
+            self.ctx.informers.ensure_metadata(kind);
         }
         if !added.is_empty() {
             info!(kinds = added.len(), "owner graph covers new kinds");
