@@ -37,6 +37,11 @@ pub struct IdleArgs {
     /// Where to write the JSON result.
     #[arg(long, default_value = "benchmarks/idle.json")]
     output: std::path::PathBuf,
+    /// Run against the cluster of this kubeconfig instead of a fresh devcluster per run: the
+    /// benchmark's namespaces get names unique to the run and the label `flotilla.dev/bench=<run>`,
+    /// the fleet is scoped to that label, and the namespaces are deleted afterwards.
+    #[arg(long)]
+    kubeconfig: Option<std::path::PathBuf>,
 }
 
 /// One run: the share of one core each process used in each window.
@@ -62,10 +67,13 @@ pub(super) async fn run(args: IdleArgs) -> anyhow::Result<()> {
                 worker_flags: Vec::new(),
                 nodes: 1,
                 namespace: NAMESPACE,
+                cluster: args.kubeconfig.as_deref(),
             },
         )
         .await?;
-        let result = match one_run(&args, &mut fleet).await {
+        let measured = one_run(&args, &mut fleet).await;
+        fleet.cleanup().await;
+        let result = match measured {
             Ok(result) => result,
             Err(err) => {
                 return Err(err.context(format!("logs in {}", fleet.keep_logs().display())));
@@ -122,7 +130,7 @@ pub(super) async fn run(args: IdleArgs) -> anyhow::Result<()> {
 
 async fn one_run(args: &IdleArgs, fleet: &mut LocalFleet) -> anyhow::Result<RunResult> {
     let (fresh_coordinator_pct, fresh_worker_pct) = window(fleet, args.window).await?;
-    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), NAMESPACE);
+    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), fleet.namespace());
     create_deployments(&deployments, args.deployments, REPLICAS).await?;
     let deadline = Instant::now() + Duration::from_secs(120);
     while rolled_out_count(&deployments, REPLICAS, Goal::Available).await < args.deployments {

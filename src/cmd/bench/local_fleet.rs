@@ -1,7 +1,12 @@
 //! A whole fleet of real processes on this machine for the benchmarks: a fresh etcd, the devcluster
-//! (optionally with simulated nodes), one coordinator and N workers, each with its log in a temporary
-//! directory. Every process is stopped when the [`LocalFleet`] is dropped; a failed benchmark keeps
-//! the logs ([`LocalFleet::keep_logs`]).
+//! (optionally with simulated nodes) or a cluster the user points at, one coordinator and N workers,
+//! each with its log in a temporary directory. Every process is stopped when the [`LocalFleet`] is
+//! dropped; a failed benchmark keeps the logs ([`LocalFleet::keep_logs`]).
+//!
+//! On a cluster of the user's (`--kubeconfig`) the benchmark must not touch anything else: every
+//! namespace it makes has a name unique to the run and the label `flotilla.dev/bench=<run>`, the
+//! coordinator is scoped to that label (`--namespace-selector`), and [`LocalFleet::cleanup`] deletes
+//! those namespaces.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -10,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use flotilla_devcluster::EtcdServer;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 use crate::cmd::procs::{Child, fleet_flags, free_port, spawn, stop_all, wait_for_api};
@@ -28,20 +33,35 @@ pub(super) struct FleetShape<'a> {
     pub worker_flags: Vec<String>,
     /// Simulated nodes in the devcluster (0: none; pods then never run).
     pub nodes: usize,
-    /// A namespace to create before the fleet starts.
+    /// A namespace to create before the fleet starts (on a cluster of the user's, its name gets the
+    /// run's suffix: see [`LocalFleet::namespace`]).
     pub namespace: &'a str,
+    /// The kubeconfig of a cluster to run against; `None`: a fresh devcluster per fleet.
+    pub cluster: Option<&'a Path>,
 }
+
+/// The label that marks, and scopes the fleet to, the namespaces a benchmark makes on a cluster of the
+/// user's.
+const BENCH_LABEL: &str = "flotilla.dev/bench";
 
 /// The processes of one fleet; see the module documentation.
 pub(super) struct LocalFleet {
-    /// A client of the devcluster with no rate limit.
+    /// A client of the cluster with no rate limit.
     pub client: kube::Client,
-    /// devcluster, coordinator, then the workers.
-    children: Vec<Child>,
+    /// The devcluster, when the fleet has its own.
+    devcluster: Option<Child>,
+    /// The coordinator, then the workers (none for [`LocalFleet::start_cluster_only`]).
+    fleet: Vec<Child>,
     dir: Option<tempfile::TempDir>,
     etcd: Option<EtcdServer>,
     /// The fleet's name.
     name: String,
+    /// On a cluster of the user's, the value of [`BENCH_LABEL`] of this run; `None` on a devcluster.
+    scope: Option<String>,
+    /// The namespace of `FleetShape::namespace`, as created.
+    namespace: String,
+    /// The namespaces made on a cluster of the user's, for [`LocalFleet::cleanup`].
+    made: Vec<String>,
 }
 
 impl LocalFleet {
@@ -78,62 +98,111 @@ impl LocalFleet {
             .prefix("flotilla-bench-")
             .tempdir()?;
         let etcd = EtcdServer::start().await?;
-        let kubeconfig = dir.path().join("kubeconfig");
-        let mut children = Vec::new();
-        let started = start_processes(
-            flotilla,
-            shape,
-            dir.path(),
-            &etcd,
-            &kubeconfig,
-            with_fleet,
-            &mut children,
-        )
-        .await;
-        let mut fleet = Self {
-            client: match started {
-                Ok(client) => client,
+        let scope = shape.cluster.map(|_| {
+            let suffix: u32 = rand::random();
+            format!("{}-{:08x}", shape.name, suffix)
+        });
+        let (devcluster, client, kubeconfig) =
+            match start_cluster(flotilla, shape, dir.path(), &etcd).await {
+                Ok(started) => started,
                 Err(err) => {
-                    stop_all(&mut children);
                     let logs = dir.keep();
                     return Err(err.context(format!("logs in {}", logs.display())));
                 }
-            },
-            children,
+            };
+        let mut fleet = Self {
+            client,
+            devcluster,
+            fleet: Vec::new(),
             dir: Some(dir),
             etcd: Some(etcd),
             name: shape.name.clone(),
+            scope,
+            namespace: String::new(),
+            made: Vec::new(),
         };
+        let started = fleet
+            .start_fleet(flotilla, shape, &kubeconfig, with_fleet)
+            .await;
+        if let Err(err) = started {
+            fleet.cleanup().await;
+            return Err(err.context(format!("logs in {}", fleet.keep_logs().display())));
+        }
         if with_fleet && let Err(err) = fleet.wait_ready(shape).await {
+            fleet.cleanup().await;
             return Err(err.context(format!("logs in {}", fleet.keep_logs().display())));
         }
         Ok(fleet)
     }
 
-    /// The devcluster process.
-    pub fn devcluster(&self) -> &Child {
-        &self.children[0]
+    /// The namespace of `FleetShape::namespace`, as created (with the run's suffix on a cluster of
+    /// the user's).
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Creates a namespace for the benchmark's objects, named `base` on a devcluster of its own and
+    /// `base-<run>`, labelled for the fleet's scope, on a cluster of the user's; returns its name.
+    ///
+    /// # Errors
+    /// When the API refuses it.
+    pub async fn create_namespace(&mut self, base: &str) -> anyhow::Result<String> {
+        let (name, labels) = match &self.scope {
+            Some(scope) => (format!("{base}-{scope}"), json!({BENCH_LABEL: scope})),
+            None => (base.to_owned(), json!({})),
+        };
+        Api::<Namespace>::all(self.client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?,
+            )
+            .await
+            .with_context(|| format!("cannot create the benchmark's namespace {name}"))?;
+        if self.scope.is_some() {
+            self.made.push(name.clone());
+        }
+        Ok(name)
+    }
+
+    /// Deletes the namespaces the benchmark made on a cluster of the user's (nothing on a devcluster
+    /// of its own, which goes with the fleet). Failures are logged: a left-over namespace is the
+    /// user's to delete.
+    pub async fn cleanup(&mut self) {
+        let namespaces = Api::<Namespace>::all(self.client.clone());
+        for name in std::mem::take(&mut self.made) {
+            if let Err(err) = namespaces.delete(&name, &DeleteParams::default()).await {
+                tracing::warn!(namespace = %name, error = %err, "cannot delete the benchmark's namespace");
+            }
+        }
+    }
+
+    /// The devcluster process; `None` on a cluster of the user's.
+    pub fn devcluster(&self) -> Option<&Child> {
+        self.devcluster.as_ref()
     }
 
     /// The coordinator process.
     pub fn coordinator(&self) -> &Child {
-        &self.children[1]
+        &self.fleet[0]
     }
 
     /// The worker processes.
     pub fn workers(&self) -> &[Child] {
-        &self.children[2..]
+        &self.fleet[1..]
     }
 
     /// # Errors
     /// When any process has exited, naming it and its log.
     pub fn check_running(&mut self) -> anyhow::Result<()> {
-        self.children.iter_mut().try_for_each(Child::check_running)
+        self.devcluster
+            .iter_mut()
+            .chain(&mut self.fleet)
+            .try_for_each(Child::check_running)
     }
 
     /// Stops every process and keeps their logs; returns where they are.
     pub fn keep_logs(&mut self) -> PathBuf {
-        stop_all(&mut self.children);
+        self.stop();
         self.dir
             .take()
             .map(tempfile::TempDir::keep)
@@ -181,33 +250,95 @@ impl LocalFleet {
 impl Drop for LocalFleet {
     /// Workers first, so they hand back their leases, then the coordinator, the devcluster and etcd.
     fn drop(&mut self) {
-        stop_all(&mut self.children);
+        self.stop();
         drop(self.etcd.take());
     }
 }
 
-/// Starts the devcluster, the namespace and (`with_fleet`) the coordinator and the workers into
-/// `children`; returns a client of the devcluster.
-async fn start_processes(
+impl LocalFleet {
+    /// Stops the workers, the coordinator and the devcluster, in that order.
+    fn stop(&mut self) {
+        stop_all(&mut self.fleet);
+        // Dropping a child stops it.
+        drop(self.devcluster.take());
+    }
+
+    /// Creates the namespace and (`with_fleet`) starts the coordinator and the workers on the cluster
+    /// of `kubeconfig`.
+    async fn start_fleet(
+        &mut self,
+        flotilla: &Path,
+        shape: &FleetShape<'_>,
+        kubeconfig: &Path,
+        with_fleet: bool,
+    ) -> anyhow::Result<()> {
+        self.namespace = self.create_namespace(shape.namespace).await?;
+        if !with_fleet {
+            return Ok(());
+        }
+        let dir = self
+            .dir
+            .as_ref()
+            .map(|d| d.path().to_owned())
+            .context("the fleet's directory is gone")?;
+        let endpoints = self
+            .etcd
+            .as_ref()
+            .map(|e| e.endpoints().join(","))
+            .unwrap_or_default();
+        let common = fleet_flags(&shape.name, &endpoints, kubeconfig);
+        let mut coordinator_args = strings(&["coordinator", "--listen", "127.0.0.1:0"]);
+        coordinator_args.extend(common.iter().cloned());
+        coordinator_args.extend(strings(&["--id", "coordinator-0"]));
+        if let Some(scope) = &self.scope {
+            coordinator_args.extend(strings(&[
+                "--namespace-selector",
+                &format!("{BENCH_LABEL}={scope}"),
+            ]));
+        }
+        self.fleet
+            .push(spawn(&dir, "coordinator-0", flotilla, &coordinator_args)?);
+        for i in 0..shape.workers {
+            let mut worker_args = strings(&[
+                "worker",
+                "--controllers",
+                &shape.controllers.join(","),
+                "--worker-id",
+                &format!("worker-{i}"),
+            ]);
+            worker_args.extend(shape.worker_flags.iter().cloned());
+            worker_args.extend(common.iter().cloned());
+            self.fleet
+                .push(spawn(&dir, &format!("worker-{i}"), flotilla, &worker_args)?);
+        }
+        Ok(())
+    }
+}
+
+/// The cluster of `shape`: a devcluster started on `etcd` (with its process, a client and the
+/// kubeconfig it wrote into `dir`), or the user's cluster of `shape.cluster` (no process).
+async fn start_cluster(
     flotilla: &Path,
     shape: &FleetShape<'_>,
     dir: &Path,
     etcd: &EtcdServer,
-    kubeconfig: &Path,
-    with_fleet: bool,
-    children: &mut Vec<Child>,
-) -> anyhow::Result<kube::Client> {
-    let endpoints = etcd.endpoints().join(",");
+) -> anyhow::Result<(Option<Child>, kube::Client, PathBuf)> {
+    if let Some(kubeconfig) = shape.cluster {
+        let client = flotilla_common::kube_client(Some(kubeconfig))
+            .await
+            .with_context(|| format!("cannot use the cluster of {}", kubeconfig.display()))?;
+        return Ok((None, client, kubeconfig.to_owned()));
+    }
+    let kubeconfig = dir.join("kubeconfig");
     let api = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
-    let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-    children.push(spawn(
+    let devcluster = spawn(
         dir,
         "devcluster",
         flotilla,
         &strings(&[
             "devcluster",
             "--etcd-endpoints",
-            &endpoints,
+            &etcd.endpoints().join(","),
             "--listen",
             &api.to_string(),
             "--nodes",
@@ -215,35 +346,16 @@ async fn start_processes(
             "--write-kubeconfig",
             &kubeconfig.display().to_string(),
         ]),
-    )?);
-    let client = wait_for_api(kubeconfig).await?;
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": shape.namespace}}))?,
-        )
-        .await
-        .context("cannot create the benchmark's namespace")?;
-    if !with_fleet {
-        return Ok(client);
+    )?;
+    match wait_for_api(&kubeconfig).await {
+        Ok(client) => Ok((Some(devcluster), client, kubeconfig)),
+        Err(err) => {
+            drop(devcluster);
+            Err(err)
+        }
     }
+}
 
-    let common = fleet_flags(&shape.name, &endpoints, kubeconfig);
-    let mut coordinator_args = strings(&["coordinator", "--listen", "127.0.0.1:0"]);
-    coordinator_args.extend(common.iter().cloned());
-    coordinator_args.extend(strings(&["--id", "coordinator-0"]));
-    children.push(spawn(dir, "coordinator-0", flotilla, &coordinator_args)?);
-    for i in 0..shape.workers {
-        let mut worker_args = strings(&[
-            "worker",
-            "--controllers",
-            &shape.controllers.join(","),
-            "--worker-id",
-            &format!("worker-{i}"),
-        ]);
-        worker_args.extend(shape.worker_flags.iter().cloned());
-        worker_args.extend(common.iter().cloned());
-        children.push(spawn(dir, &format!("worker-{i}"), flotilla, &worker_args)?);
-    }
-    Ok(client)
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_owned()).collect()
 }

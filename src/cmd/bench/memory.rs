@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -49,6 +49,11 @@ pub struct MemoryArgs {
     /// Where to write the JSON result.
     #[arg(long, default_value = "benchmarks/memory.json")]
     output: std::path::PathBuf,
+    /// Run against the cluster of this kubeconfig instead of a fresh devcluster per run: the
+    /// benchmark's namespaces get names unique to the run and the label `flotilla.dev/bench=<run>`,
+    /// the fleet is scoped to that label, and the namespaces are deleted afterwards.
+    #[arg(long)]
+    kubeconfig: Option<std::path::PathBuf>,
 }
 
 /// One run's readings.
@@ -99,10 +104,13 @@ pub(super) async fn run(args: MemoryArgs) -> anyhow::Result<()> {
             .to_vec(),
             nodes: 0,
             namespace: NAMESPACE,
+            cluster: args.kubeconfig.as_deref(),
         };
         let creates_per_s_alone = {
             let mut alone = LocalFleet::start_cluster_only(&flotilla, &shape).await?;
-            match create_bare_pods(&alone.client, &args).await {
+            let created = create_bare_pods(&mut alone, &args).await;
+            alone.cleanup().await;
+            match created {
                 Ok(rate) => rate,
                 Err(err) => {
                     return Err(err.context(format!("logs in {}", alone.keep_logs().display())));
@@ -110,7 +118,9 @@ pub(super) async fn run(args: MemoryArgs) -> anyhow::Result<()> {
             }
         };
         let mut fleet = LocalFleet::start(&flotilla, &shape).await?;
-        let result = match one_run(&args, &mut fleet, creates_per_s_alone).await {
+        let measured = one_run(&args, &mut fleet, creates_per_s_alone).await;
+        fleet.cleanup().await;
+        let result = match measured {
             Ok(result) => result,
             Err(err) => {
                 return Err(err.context(format!("logs in {}", fleet.keep_logs().display())));
@@ -185,7 +195,7 @@ async fn one_run(
     tokio::time::sleep(args.settle).await;
     let coordinator_ready_mib = rss_mib(fleet.coordinator())?;
 
-    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), NAMESPACE);
+    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), fleet.namespace());
     create_deployments(&deployments, args.deployments, args.replicas).await?;
     let deadline = Instant::now() + args.timeout;
     while rolled_out_count(&deployments, args.replicas, Goal::Updated).await < args.deployments {
@@ -198,7 +208,7 @@ async fn one_run(
     tokio::time::sleep(args.settle).await;
     let coordinator_rollout_mib = rss_mib(fleet.coordinator())?;
 
-    let creates_per_s_with_fleet = create_bare_pods(&fleet.client, args).await?;
+    let creates_per_s_with_fleet = create_bare_pods(fleet, args).await?;
     let expected = args.pods + args.deployments * usize::try_from(args.replicas)?;
     wait_for_cached_pods(fleet, expected, args.timeout).await?;
     tokio::time::sleep(args.settle).await;
@@ -219,20 +229,16 @@ async fn one_run(
 
 /// Creates the namespaces `pods-0` … and `args.pods` bare pods spread over them; returns the pod
 /// creates per second.
-async fn create_bare_pods(client: &kube::Client, args: &MemoryArgs) -> anyhow::Result<f64> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
+async fn create_bare_pods(fleet: &mut LocalFleet, args: &MemoryArgs) -> anyhow::Result<f64> {
+    let mut namespaces = Vec::with_capacity(args.namespaces);
     for i in 0..args.namespaces {
-        let ns = serde_json::from_value(json!({"metadata": {"name": format!("pods-{i}")}}))?;
-        namespaces
-            .create(&PostParams::default(), &ns)
-            .await
-            .context("cannot create a namespace for the bare pods")?;
+        namespaces.push(fleet.create_namespace(&format!("pods-{i}")).await?);
     }
+    let client = fleet.client.clone();
     let start = Instant::now();
     futures::stream::iter(0..args.pods)
         .map(|i| {
-            let pods: Api<Pod> =
-                Api::namespaced(client.clone(), &format!("pods-{}", i % args.namespaces));
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &namespaces[i % namespaces.len()]);
             async move {
                 let pod: Pod = serde_json::from_value(json!({
                     "metadata": {"name": format!("bare-{i}"), "labels": {"bench": "memory"}},

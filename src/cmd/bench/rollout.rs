@@ -24,7 +24,7 @@ use super::local_fleet::{self, LocalFleet};
 use super::process_stats::{cpu_seconds, fetch_metrics, peak_rss_mib, samples};
 use super::{median, write_json};
 
-/// The namespace the Deployments are created in.
+/// The namespace the Deployments are created in (with the run's suffix on a cluster of the user's).
 pub(super) const NAMESPACE: &str = "bench";
 
 /// Creates in flight at once from the benchmark's own (unlimited) client.
@@ -72,6 +72,11 @@ pub struct RolloutArgs {
     /// Where to write the JSON result.
     #[arg(long, default_value = "benchmarks/rollout.json")]
     output: PathBuf,
+    /// Run against the cluster of this kubeconfig instead of a fresh devcluster per run: the
+    /// benchmark's namespaces get names unique to the run and the label `flotilla.dev/bench=<run>`,
+    /// the fleet is scoped to that label, and the namespaces are deleted afterwards.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
 }
 
 /// When a Deployment counts as rolled out.
@@ -146,7 +151,7 @@ struct RunResult {
 
 /// Runs `flotilla bench rollout`.
 pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
-    if args.until == Goal::Available && args.nodes == 0 {
+    if args.until == Goal::Available && args.nodes == 0 && args.kubeconfig.is_none() {
         bail!("--until available needs pods that run: give --nodes");
     }
     let flotilla = std::env::current_exe()?;
@@ -270,10 +275,13 @@ async fn one_run(
             worker_flags: worker_flags.map(String::from).to_vec(),
             nodes: args.nodes,
             namespace: NAMESPACE,
+            cluster: args.kubeconfig.as_deref(),
         },
     )
     .await?;
-    match measure(args, &mut fleet).await {
+    let measured = measure(args, &mut fleet).await;
+    fleet.cleanup().await;
+    match measured {
         Ok(result) => Ok(result),
         Err(err) => Err(err.context(format!("logs in {}", fleet.keep_logs().display()))),
     }
@@ -282,7 +290,7 @@ async fn one_run(
 /// Creates the Deployments and waits for them.
 async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<RunResult> {
     // The clock starts at the first create: from then on the controllers may see work.
-    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), NAMESPACE);
+    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), fleet.namespace());
     let cpu_before = cpu_of(fleet)?;
     let start = Instant::now();
     create_deployments(&deployments, args.deployments, args.replicas).await?;
@@ -362,19 +370,24 @@ async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<R
         requests_not_2xx,
         coordinator_peak_rss_mib: peak_rss_mib(fleet.coordinator())?,
         worker_peak_rss_mib,
-        devcluster_peak_rss_mib: peak_rss_mib(fleet.devcluster())?,
+        // Not measured on a cluster of the user's: NaN, written as null.
+        devcluster_peak_rss_mib: fleet.devcluster().map_or(Ok(f64::NAN), peak_rss_mib)?,
         devcluster_cpu_seconds: cpu[0],
         coordinator_cpu_seconds: cpu[1],
         worker_cpu_seconds: cpu[2..].to_vec(),
     })
 }
 
-/// CPU seconds so far of the devcluster, the coordinator and each worker, in that order.
+/// CPU seconds so far of the devcluster (NaN on a cluster of the user's), the coordinator and each
+/// worker, in that order.
 fn cpu_of(fleet: &LocalFleet) -> anyhow::Result<Vec<f64>> {
-    [fleet.devcluster(), fleet.coordinator()]
-        .into_iter()
-        .chain(fleet.workers())
-        .map(cpu_seconds)
+    let devcluster = fleet.devcluster().map_or(Ok(f64::NAN), cpu_seconds)?;
+    std::iter::once(Ok(devcluster))
+        .chain(
+            std::iter::once(fleet.coordinator())
+                .chain(fleet.workers())
+                .map(cpu_seconds),
+        )
         .collect()
 }
 
@@ -430,7 +443,7 @@ fn deployment_object(i: usize, replicas: i32) -> serde_json::Value {
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app": name}},
