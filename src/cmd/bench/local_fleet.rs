@@ -98,9 +98,10 @@ impl LocalFleet {
             .prefix("flotilla-bench-")
             .tempdir()?;
         let etcd = EtcdServer::start().await?;
+        // A DNS label (it ends namespace names): fleet names may hold a qps like `0.5`.
         let scope = shape.cluster.map(|_| {
             let suffix: u32 = rand::random();
-            format!("{}-{:08x}", shape.name, suffix)
+            format!("{}-{:08x}", shape.name.replace('.', "-"), suffix)
         });
         let (devcluster, client, kubeconfig) =
             match start_cluster(flotilla, shape, dir.path(), &etcd).await {
