@@ -6,14 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::Api;
 use serde_json::json;
 
 use super::local_fleet::{FleetShape, LocalFleet};
 use super::process_stats::cpu_seconds;
-use super::rollout::{Goal, NAMESPACE, create_deployments, rolled_out_count};
+use super::rollout::{Goal, NAMESPACE, roll_out};
 use super::{median, write_json};
 
 /// Replicas of each Deployment of the small rollout.
@@ -130,19 +127,14 @@ pub(super) async fn run(args: IdleArgs) -> anyhow::Result<()> {
 
 async fn one_run(args: &IdleArgs, fleet: &mut LocalFleet) -> anyhow::Result<RunResult> {
     let (fresh_coordinator_pct, fresh_worker_pct) = window(fleet, args.window).await?;
-    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), fleet.namespace());
-    create_deployments(&deployments, args.deployments, REPLICAS).await?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while rolled_out_count(&deployments, REPLICAS, Goal::Available).await < args.deployments {
-        fleet.check_running()?;
-        if Instant::now() > deadline {
-            bail!(
-                "the {} Deployments did not roll out within 120s",
-                args.deployments
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    roll_out(
+        fleet,
+        args.deployments,
+        REPLICAS,
+        Goal::Available,
+        Duration::from_secs(120),
+    )
+    .await?;
     tokio::time::sleep(args.settle).await;
     let (settled_coordinator_pct, settled_worker_pct) = window(fleet, args.window).await?;
     Ok(RunResult {

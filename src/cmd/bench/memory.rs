@@ -9,14 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use super::local_fleet::{FleetShape, LocalFleet};
 use super::process_stats::{peak_rss_mib, rss_mib};
-use super::rollout::{Goal, NAMESPACE, create_deployments, rolled_out_count};
+use super::rollout::{Goal, NAMESPACE, roll_out};
 use super::{median, write_json};
 
 /// Pod creates in flight at once from the benchmark's own (unlimited) client.
@@ -195,16 +194,14 @@ async fn one_run(
     tokio::time::sleep(args.settle).await;
     let coordinator_ready_mib = rss_mib(fleet.coordinator())?;
 
-    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), fleet.namespace());
-    create_deployments(&deployments, args.deployments, args.replicas).await?;
-    let deadline = Instant::now() + args.timeout;
-    while rolled_out_count(&deployments, args.replicas, Goal::Updated).await < args.deployments {
-        fleet.check_running()?;
-        if Instant::now() > deadline {
-            bail!("the Deployments did not roll out within {:?}", args.timeout);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    roll_out(
+        fleet,
+        args.deployments,
+        args.replicas,
+        Goal::Updated,
+        args.timeout,
+    )
+    .await?;
     tokio::time::sleep(args.settle).await;
     let coordinator_rollout_mib = rss_mib(fleet.coordinator())?;
 

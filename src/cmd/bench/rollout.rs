@@ -413,6 +413,31 @@ pub(super) async fn create_deployments(
         .await
 }
 
+/// Creates `n` Deployments of `replicas` in the fleet's namespace and waits until all are rolled out
+/// (`goal`), checking meanwhile that every process of the fleet still runs.
+///
+/// # Errors
+/// When a create fails, a process exits, or the rollout takes longer than `timeout`.
+pub(super) async fn roll_out(
+    fleet: &mut LocalFleet,
+    n: usize,
+    replicas: i32,
+    goal: Goal,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), fleet.namespace());
+    create_deployments(&deployments, n, replicas).await?;
+    let deadline = Instant::now() + timeout;
+    while rolled_out_count(&deployments, replicas, goal).await < n {
+        fleet.check_running()?;
+        if Instant::now() > deadline {
+            bail!("the {n} Deployments did not roll out within {timeout:?}");
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    Ok(())
+}
+
 /// How many of the Deployments are rolled out (0 when they cannot be listed, which is logged).
 pub(super) async fn rolled_out_count(
     deployments: &Api<Deployment>,
