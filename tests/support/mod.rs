@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod fleet;
 pub mod namespace;
 pub mod objects;
+pub mod pki;
 pub mod raw;
 pub mod wait;
 pub mod watch;
