@@ -26,6 +26,9 @@ enum Command {
     Worker(cmd::worker::Args),
     /// Print the RBAC rules a fleet's workers and coordinators need for the given controllers.
     Rbac(cmd::rbac::Args),
+    /// Print the `--controllers` flag kube-controller-manager needs to run beside a fleet of these
+    /// controllers, so no controller runs in both.
+    KcmFlags(cmd::kcm_flags::Args),
     /// The local demo: etcd, devcluster, 2 coordinators and 3 workers running the greeting example.
     Up(cmd::up::Args),
     /// Benchmarks that write machine-readable results.
@@ -52,6 +55,7 @@ fn main() -> std::process::ExitCode {
             Command::Status(args) => cmd::status::run(args).await,
             Command::Worker(args) => cmd::worker::run(args).await,
             Command::Rbac(args) => cmd::rbac::run(args).await,
+            Command::KcmFlags(args) => cmd::kcm_flags::run(args),
             Command::Up(args) => cmd::up::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
         }

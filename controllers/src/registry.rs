@@ -21,6 +21,9 @@ pub struct Builtin {
     pub flag: &'static str,
     /// kube-controller-manager's default of `--concurrent-<flag>-syncs`.
     pub default_concurrency: u32,
+    /// kube-controller-manager's canonical name of the same controller (`replicaset-controller`, …,
+    /// from its `names` package), which its `--controllers` takes beside [`Self::name`] as an alias.
+    pub kcm_name: &'static str,
     build: fn(&str) -> DynController,
     worker_rules: fn() -> Rules,
 }
@@ -43,6 +46,7 @@ pub fn builtins() -> &'static [Builtin] {
     &[
         Builtin {
             name: "serviceaccount",
+            kcm_name: "serviceaccount-controller",
             flag: "serviceaccount",
             // kube-controller-manager runs this controller with one worker and has no flag for it
             // (`startServiceAccountController` calls `Run(ctx, 1)`;
@@ -54,6 +58,7 @@ pub fn builtins() -> &'static [Builtin] {
         },
         Builtin {
             name: "replicaset",
+            kcm_name: "replicaset-controller",
             flag: "replicaset",
             default_concurrency: 5,
             build: |name| replicaset::controller::<ReplicaSet>(name).into(),
@@ -61,6 +66,7 @@ pub fn builtins() -> &'static [Builtin] {
         },
         Builtin {
             name: "deployment",
+            kcm_name: "deployment-controller",
             flag: "deployment",
             default_concurrency: 5,
             build: |name| deployment::controller(name).into(),
@@ -68,6 +74,7 @@ pub fn builtins() -> &'static [Builtin] {
         },
         Builtin {
             name: "replicationcontroller",
+            kcm_name: "replicationcontroller-controller",
             flag: "rc",
             default_concurrency: 5,
             build: |name| replicaset::controller::<ReplicationController>(name).into(),
@@ -75,6 +82,7 @@ pub fn builtins() -> &'static [Builtin] {
         },
         Builtin {
             name: "garbagecollector",
+            kcm_name: "garbage-collector-controller",
             flag: "gc",
             default_concurrency: 20,
             build: |name| garbagecollector::controller(name).into(),
@@ -82,6 +90,7 @@ pub fn builtins() -> &'static [Builtin] {
         },
         Builtin {
             name: "namespace",
+            kcm_name: "namespace-controller",
             flag: "namespace",
             default_concurrency: 10,
             build: |name| namespace::controller(name).into(),

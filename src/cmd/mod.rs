@@ -3,8 +3,10 @@
 pub mod bench;
 pub mod coordinator;
 pub mod devcluster;
+pub mod kcm_flags;
 pub mod procs;
 pub mod rbac;
+pub mod selection;
 pub mod simnodes;
 pub mod status;
 pub mod up;

@@ -3,9 +3,9 @@
 //! watch) — as YAML or JSON, in the canonical form the Helm chart renders.
 
 use flotilla_controllers::rbac::fleet_rules;
-use flotilla_controllers::{Builtin, builtins};
 use flotilla_sdk::k8s_openapi::api::rbac::v1::PolicyRule;
-use flotilla_worker::select_controllers;
+
+use super::selection::selected_builtins;
 
 /// Flags of `flotilla rbac`.
 #[derive(clap::Args, Debug)]
@@ -57,7 +57,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// The text `flotilla rbac` prints for `args`.
 fn render(args: &Args) -> anyhow::Result<String> {
-    let selected = selected(&args.controllers)?;
+    let selected = selected_builtins(&args.controllers)?;
     let rules = fleet_rules(selected);
     let worker = rules.worker.policy_rules();
     let coordinator = rules.coordinator.policy_rules();
@@ -78,19 +78,6 @@ fn render(args: &Args) -> anyhow::Result<String> {
         )?,
     };
     Ok(text)
-}
-
-/// The built-ins `--controllers` selects, as `flotilla worker` selects them.
-fn selected(entries: &[String]) -> anyhow::Result<Vec<&'static Builtin>> {
-    let names: Vec<&str> = builtins().iter().map(|b| b.name).collect();
-    let chosen = select_controllers(entries, &names)?;
-    if chosen.is_empty() {
-        anyhow::bail!("--controllers selects no controller");
-    }
-    Ok(builtins()
-        .iter()
-        .filter(|b| chosen.contains(&b.name))
-        .collect())
 }
 
 fn encode<T: serde::Serialize>(value: &T, format: Format) -> anyhow::Result<String> {
