@@ -5,9 +5,12 @@ mod apiserver;
 mod etcd;
 mod simnodes;
 
-pub use apiserver::{DevCluster, DevClusterConfig, DevClusterError};
+pub use apiserver::{
+    Attributes, AuthConfig, AuthorizationMode, Decision, DevCluster, DevClusterConfig,
+    DevClusterError, RuleRef, UserInfo,
+};
 
-pub use etcd::{ETCD_BIN_ENV, EtcdError, EtcdServer};
+pub use etcd::{ETCD_BIN_ENV, EtcdError, EtcdServer, EtcdServerTls};
 pub use simnodes::{
     NODE_LEASE_NAMESPACE, NodeControl, NodeSimulator, SIMULATED_LABEL, SimConfig, SimError,
     SimNodesHandle, control_router,

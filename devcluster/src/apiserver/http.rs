@@ -40,6 +40,11 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// Every API request enters here.
 pub async fn dispatch(State(st): State<ApiState>, req: Request) -> Response {
+    let req = match st.auth.admit(&st, req).await {
+        Ok(super::auth::Admitted::Request(req)) => req,
+        Ok(super::auth::Admitted::Answered(response)) => return response,
+        Err(e) => return e.into_response(),
+    };
     match route(&st, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),

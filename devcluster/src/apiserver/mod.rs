@@ -15,7 +15,8 @@
 //!   bodies into JSON at its edge.
 //!
 //! # Differences from upstream (on purpose)
-//! * No authentication or authorization; plain HTTP; RBAC objects are only stored. Responses are JSON only:
+//! * Plain HTTP. Authentication (token file, TokenRequest tokens) and RBAC authorization are opt-in
+//!   (`auth`, which lists its own differences); without them RBAC objects are only stored. Responses are JSON only:
 //!   clients that also accept JSON (kubectl sends `application/vnd.kubernetes.protobuf,application/json`)
 //!   get JSON, clients that accept only protobuf get 406. Request bodies may be JSON or, for every
 //!   built-in kind, protobuf (`protobuf`: decoded into the JSON the same object would have had, then
@@ -65,6 +66,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod auth;
 mod bootstrap;
 mod builtins;
 mod continue_token;
@@ -94,4 +96,5 @@ mod watch;
 mod watch_cache;
 mod yaml;
 
+pub use auth::{Attributes, AuthConfig, AuthorizationMode, Decision, RuleRef, UserInfo};
 pub use server::{DevCluster, DevClusterConfig, DevClusterError};

@@ -10,6 +10,7 @@ use axum::routing::post;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::auth::{Auth, AuthConfig, AuthError, AuthorizationMode, Decision};
 use super::builtins::builtins;
 use super::registry::Registry;
 use super::state::ApiState;
@@ -88,6 +89,9 @@ pub enum DevClusterError {
     /// Building the client configuration failed.
     #[error("cannot build a kube client configuration")]
     ClientConfig(#[source] kube::config::KubeconfigError),
+    /// The authentication settings are unusable (an unreadable or malformed token file).
+    #[error("cannot set up authentication")]
+    Auth(#[from] AuthError),
 }
 
 /// A running local Kubernetes API server. Dropping it (or [`DevCluster::shutdown`]) stops it.
@@ -114,11 +118,26 @@ pub(crate) async fn compact(st: &ApiState) -> Result<i64, StorageError> {
 }
 
 impl DevCluster {
-    /// Connects to etcd, starts the watch cache and serves the API.
+    /// Connects to etcd, starts the watch cache and serves the API, with no authorization (every
+    /// request without a token is the administrator's).
     ///
     /// # Errors
     /// etcd unreachable, listen address unavailable.
     pub async fn start(config: DevClusterConfig) -> Result<DevCluster, DevClusterError> {
+        Self::start_with_auth(config, AuthConfig::default()).await
+    }
+
+    /// [`DevCluster::start`] with authentication and authorization settings: bearer tokens from a
+    /// token file and the TokenRequest API, and in RBAC mode upstream's RBAC authorizer (the
+    /// bootstrap ClusterRoles created at start, the kubeconfig carrying an admin token).
+    ///
+    /// # Errors
+    /// etcd unreachable, listen address unavailable, token file unreadable or malformed.
+    pub async fn start_with_auth(
+        config: DevClusterConfig,
+        auth: AuthConfig,
+    ) -> Result<DevCluster, DevClusterError> {
+        let auth = Arc::new(Auth::new(&auth)?);
         let client = etcd_client::Client::connect(&config.etcd_endpoints, None)
             .await
             .map_err(|source| DevClusterError::Connect {
@@ -149,6 +168,7 @@ impl DevCluster {
             cancel: cancel.clone(),
             address: addr.to_string(),
             quota_locks: Arc::default(),
+            auth,
         };
         let mut tasks = Vec::new();
         let crd_rx = cache.receiver();
@@ -163,6 +183,11 @@ impl DevCluster {
         super::bootstrap::system_namespaces(&state)
             .await
             .map_err(|e| DevClusterError::Bootstrap(e.message))?;
+        if state.auth.mode() == AuthorizationMode::Rbac {
+            super::auth::bootstrap_policy(&state)
+                .await
+                .map_err(|e| DevClusterError::Bootstrap(e.message))?;
+        }
         super::crd::load_all(&state)
             .await
             .map_err(|e| DevClusterError::Bootstrap(e.message))?;
@@ -231,7 +256,8 @@ impl DevCluster {
         format!("http://{}", self.addr)
     }
 
-    /// A kubeconfig for this server: plain HTTP, no authentication, context `devcluster`.
+    /// A kubeconfig for this server: plain HTTP, context `devcluster`; no credentials, or in RBAC
+    /// mode the admin token (user `system:admin` in `system:masters`).
     pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
         use kube::config::{
             AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
@@ -247,7 +273,10 @@ impl DevCluster {
             }],
             auth_infos: vec![NamedAuthInfo {
                 name: "devcluster".into(),
-                auth_info: Some(AuthInfo::default()),
+                auth_info: Some(AuthInfo {
+                    token: self.state.auth.admin_token().map(|t| t.to_owned().into()),
+                    ..AuthInfo::default()
+                }),
                 ..Default::default()
             }],
             contexts: vec![NamedContext {
@@ -290,6 +319,12 @@ impl DevCluster {
         .await
         .map_err(DevClusterError::ClientConfig)?;
         kube::Client::try_from(config).map_err(DevClusterError::Client)
+    }
+
+    /// Every authorization decision so far, oldest first: each request's user and attributes,
+    /// whether it was allowed and every rule that allowed it. Empty unless in RBAC mode.
+    pub fn authorization_decisions(&self) -> Vec<Decision> {
+        self.state.auth.decisions()
     }
 
     /// Compacts etcd at the current revision; returns it. Watches and continues from before it then get 410.

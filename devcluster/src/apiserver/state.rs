@@ -1,11 +1,12 @@
 //! The state every request handler shares: registry, storage, watch cache, timing knobs, shutdown token,
-//! quota locks.
+//! quota locks, authentication and authorization.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::auth::Auth;
 use super::quota::NamespaceLocks;
 use super::registry::Registry;
 use super::storage::Storage;
@@ -28,4 +29,6 @@ pub struct ApiState {
     pub address: String,
     /// Serialises pod creates per namespace while a pod-count quota is checked (see `quota`).
     pub quota_locks: Arc<NamespaceLocks>,
+    /// Authentication, authorization and their decision record.
+    pub auth: Arc<Auth>,
 }
