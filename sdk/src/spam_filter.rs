@@ -2,10 +2,11 @@
 //! object may be the subject of a burst of 25 events from one source, then one more every 5 minutes.
 //! A controller failing on the same object in a loop thus cannot flood the API server with Events.
 
-use std::collections::HashMap;
 use std::hash::Hash;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use lru::LruCache;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -19,28 +20,19 @@ pub const SPAM_REFILL: Duration = Duration::from_secs(300);
 /// first (a forgotten object starts again with a full burst, as in client-go).
 pub const SPAM_MAX_OBJECTS: usize = 4096;
 
-/// A token bucket per key (an event's source and object), bounded in the keys it remembers.
-/// Time is tokio's, so tests run it on paused time.
+/// A token bucket per key (an event's source and object), bounded in the keys it remembers; each
+/// [`SpamFilter::allow`] is O(1). Time is tokio's, so tests run it on paused time.
 #[derive(Debug)]
-pub struct SpamFilter<K> {
+pub struct SpamFilter<K: Hash + Eq> {
     burst: f64,
     refill: Duration,
-    max_keys: usize,
-    state: Mutex<State<K>>,
-}
-
-#[derive(Debug)]
-struct State<K> {
-    buckets: HashMap<K, Bucket>,
-    /// Increases with every use; the bucket with the lowest is the least recently used.
-    tick: u64,
+    buckets: Mutex<LruCache<K, Bucket>>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     tokens: f64,
     at: Instant,
-    used: u64,
 }
 
 impl<K: Hash + Eq + Clone> Default for SpamFilter<K> {
@@ -57,40 +49,25 @@ impl<K: Hash + Eq + Clone> SpamFilter<K> {
         Self {
             burst: f64::from(burst),
             refill,
-            max_keys: max_keys.max(1),
-            state: Mutex::new(State {
-                buckets: HashMap::new(),
-                tick: 0,
-            }),
+            buckets: Mutex::new(LruCache::new(
+                NonZeroUsize::new(max_keys).unwrap_or(NonZeroUsize::MIN),
+            )),
         }
     }
 
     /// Whether an event about `key` may go out now; takes a token if so.
     pub fn allow(&self, key: &K) -> bool {
         let now = Instant::now();
-        let mut state = self.state.lock();
-        state.tick += 1;
-        let tick = state.tick;
-        if !state.buckets.contains_key(key) && state.buckets.len() >= self.max_keys {
-            let oldest = state
-                .buckets
-                .iter()
-                .min_by_key(|(_, b)| b.used)
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                state.buckets.remove(&oldest);
-            }
-        }
-        let bucket = state.buckets.entry(key.clone()).or_insert(Bucket {
+        let mut buckets = self.buckets.lock();
+        // A key seen before is moved to the front; a new one evicts the least recently used when full.
+        let bucket = buckets.get_or_insert_mut(key.clone(), || Bucket {
             tokens: self.burst,
             at: now,
-            used: tick,
         });
         let refilled = now.saturating_duration_since(bucket.at).as_secs_f64()
             / self.refill.as_secs_f64().max(f64::MIN_POSITIVE);
         bucket.tokens = (bucket.tokens + refilled).min(self.burst);
         bucket.at = now;
-        bucket.used = tick;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
             true
