@@ -12,6 +12,8 @@ mod names;
 mod ops_server;
 mod shutdown;
 mod telemetry;
+mod trace_context;
+mod trace_export;
 
 pub use duration::{DurationError, parse_duration};
 pub use etcd::{
@@ -24,7 +26,9 @@ pub use log_limiter::{LogLimiter, Verdict};
 pub use names::{validate_label, validate_subdomain};
 pub use ops_server::{Health, OpsServer, OpsServerError};
 pub use shutdown::shutdown_signal;
-pub use telemetry::{LogFormat, init_logging};
+pub use telemetry::{LogFormat, Telemetry, init_logging, init_telemetry};
+pub use trace_context::{TraceContext, tracing_enabled};
+pub use trace_export::{OtlpProtocol, ServiceIdentity, TraceExportError, TraceFlags};
 
 // The shared Kubernetes vocabulary, re-exported so both roles keep naming it `flotilla_common::…`.
 pub use flotilla_apimachinery::{

@@ -6,6 +6,7 @@ mod exponential;
 mod max_of;
 mod metrics;
 mod rate_limiter;
+mod traces;
 mod work_queue;
 
 pub use bucket::{BucketConfig, BucketRateLimiter};
@@ -16,4 +17,5 @@ pub use rate_limiter::{
     ControllerRateLimiterConfig, RateLimiter, RateLimiterConfigError,
     default_controller_rate_limiter,
 };
+pub use traces::TraceLinks;
 pub use work_queue::WorkQueue;

@@ -5,11 +5,13 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
+use flotilla_common::TraceContext;
 use tokio::time::Instant;
 
 use super::delaying::Waiting;
 use super::metrics::QueueMetrics;
 use super::rate_limiter::RateLimiter;
+use super::traces::TraceLinks;
 
 /// Longest delay `add_after` honours; longer ones are clamped so `now + delay` cannot overflow.
 const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -25,6 +27,9 @@ const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 /// the add that made it dirty. Adds of a key already dirty coalesce into it and keep the first reason;
 /// [`WorkQueue::reason`] tells a processed key's reason until its [`WorkQueue::done`].
 ///
+/// Each key also carries the sampled traces of the adds that made it dirty or coalesced into it
+/// ([`WorkQueue::add_traced`], [`WorkQueue::traces`]); with tracing off they are empty and cost nothing.
+///
 /// It has no locks and no tasks: one owner (the dispatcher) calls it, reads time from tokio's clock, and must
 /// call [`WorkQueue::promote_due`] when [`WorkQueue::next_deadline`] passes and
 /// [`WorkQueue::update_unfinished_work`] every 500 ms (client-go's period).
@@ -33,13 +38,13 @@ pub struct WorkQueue<K: Clone + Eq + Hash, R = ()> {
     /// Keys ready to hand out, oldest first. No duplicates; every key here is in `dirty` and not in
     /// `processing`.
     queue: VecDeque<K>,
-    /// Keys that need (another) run, with the time they were first added since their last `get` and
-    /// that add's reason. `dirty ⊇ queue`, and a dirty key missing from `queue` is in `processing`:
-    /// `done` queues it again.
-    dirty: HashMap<K, (Instant, R)>,
-    /// Keys handed out by `get` and not yet `done`, with the time they were handed out and the reason
-    /// they run. Disjoint from `queue`.
-    processing: HashMap<K, (Instant, R)>,
+    /// Keys that need (another) run, with the time they were first added since their last `get`,
+    /// that add's reason and the traces of every traced add since. `dirty ⊇ queue`, and a dirty key
+    /// missing from `queue` is in `processing`: `done` queues it again.
+    dirty: HashMap<K, (Instant, R, TraceLinks)>,
+    /// Keys handed out by `get` and not yet `done`, with the time they were handed out, the reason
+    /// they run and the traces merged into the run. Disjoint from `queue`.
+    processing: HashMap<K, (Instant, R, TraceLinks)>,
     /// Keys waiting out an `add_after` delay; independent of the sets above (a key may wait and be queued).
     waiting: Waiting<K, R>,
     rate_limiter: Box<dyn RateLimiter<K> + Send>,
@@ -84,15 +89,36 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
 
     /// [`WorkQueue::add`] for `reason`, which is built only when the key was not dirty yet.
     pub fn add_because(&mut self, key: K, reason: impl FnOnce() -> R) {
-        if self.shutting_down || self.dirty.contains_key(&key) {
-            return;
+        let _ = self.add_traced(key, reason, None);
+    }
+
+    /// [`WorkQueue::add_because`] for an add that belongs to the sampled trace `trace`: the key carries
+    /// it to [`WorkQueue::traces`], and an add that coalesces into a dirty key adds its trace there
+    /// (up to [`super::traces::MAX_TRACE_LINKS`]). With `None` nothing is allocated. Returns whether the key
+    /// became dirty (false: it coalesced into a dirty key, or the queue is shutting down).
+    pub fn add_traced(
+        &mut self,
+        key: K,
+        reason: impl FnOnce() -> R,
+        trace: Option<TraceContext>,
+    ) -> bool {
+        if self.shutting_down {
+            return false;
+        }
+        if let Some(entry) = self.dirty.get_mut(&key) {
+            if let Some(trace) = trace {
+                entry.2.push(trace);
+            }
+            return false;
         }
         self.metrics.adds.inc();
         if !self.processing.contains_key(&key) {
             self.queue.push_back(key.clone());
         }
-        self.dirty.insert(key, (Instant::now(), reason()));
+        self.dirty
+            .insert(key, (Instant::now(), reason(), TraceLinks::of(trace)));
         self.update_depth();
+        true
     }
 
     /// Hands out the oldest ready key and moves it to processing, or `None` when nothing is ready or the
@@ -107,24 +133,33 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
         let key = self.queue.pop_front()?;
         let now = Instant::now();
         // Every queued key is dirty (the invariant above), so its reason is there.
-        let (added, reason) = self.dirty.remove(&key)?;
+        let (added, reason, traces) = self.dirty.remove(&key)?;
         self.metrics
             .queue_duration
             .observe(now.saturating_duration_since(added).as_secs_f64());
-        self.processing.insert(key.clone(), (now, reason));
+        self.processing.insert(key.clone(), (now, reason, traces));
         self.update_depth();
         Some(key)
     }
 
     /// Why `key`, handed out by [`WorkQueue::get`] and not done yet, runs; `None` for any other key.
     pub fn reason(&self, key: &K) -> Option<&R> {
-        self.processing.get(key).map(|(_, reason)| reason)
+        self.processing.get(key).map(|(_, reason, _)| reason)
+    }
+
+    /// The sampled traces merged into the run of `key` (handed out by [`WorkQueue::get`], not done
+    /// yet), first first; empty for any other key, and always with tracing off.
+    pub fn traces(&self, key: &K) -> &TraceLinks {
+        static NONE: TraceLinks = TraceLinks::None;
+        self.processing
+            .get(key)
+            .map_or(&NONE, |(_, _, traces)| traces)
     }
 
     /// Ends the processing of `key` (returned by [`WorkQueue::get`]); if it was added meanwhile, it is queued
     /// again. A key that is not being processed is ignored.
     pub fn done(&mut self, key: &K) {
-        let Some((started, _)) = self.processing.remove(key) else {
+        let Some((started, _, _)) = self.processing.remove(key) else {
             return;
         };
         self.metrics.work_duration.observe(
@@ -249,7 +284,7 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
         let (total, oldest) =
             self.processing
                 .values()
-                .fold((0.0, 0.0_f64), |(total, oldest), (started, _)| {
+                .fold((0.0, 0.0_f64), |(total, oldest), (started, _, _)| {
                     let age = now.saturating_duration_since(*started).as_secs_f64();
                     (total + age, oldest.max(age))
                 });

@@ -452,3 +452,34 @@ async fn a_delayed_key_keeps_the_reason_of_its_earliest_entry() {
     assert_eq!(q.get(), Some("b"));
     assert_eq!(q.reason(&"b"), Some(&"failed"));
 }
+
+fn trace(n: u8) -> flotilla_common::TraceContext {
+    flotilla_common::TraceContext::parse(&format!("00-{:032x}-{:016x}-01", n + 1, n + 1)).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn traces_of_coalesced_adds_travel_with_the_key_to_its_run() {
+    let mut q = queue_with_reasons();
+    q.add_traced("a", || "first", Some(trace(1)));
+    q.add_traced("a", || "second", None);
+    q.add_traced("a", || "third", Some(trace(3)));
+    assert_eq!(q.get(), Some("a"));
+    assert_eq!(q.reason(&"a"), Some(&"first"));
+    assert_eq!(q.traces(&"a").as_slice(), [trace(1), trace(3)]);
+    // Added while processing: the next run carries only the traces added since.
+    q.add_traced("a", || "fourth", Some(trace(4)));
+    q.done(&"a");
+    assert!(q.traces(&"a").is_empty(), "not processing any more");
+    assert_eq!(q.get(), Some("a"));
+    assert_eq!(q.traces(&"a").first(), Some(trace(4)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn untraced_adds_carry_no_traces() {
+    let mut q = queue();
+    q.add("a");
+    q.add_after("b", Duration::ZERO);
+    assert_eq!(q.get(), Some("a"));
+    assert!(q.traces(&"a").is_empty());
+    assert!(q.traces(&"zzz").is_empty());
+}

@@ -3,7 +3,9 @@
 //! controllers no live worker runs.
 
 use super::etcd_work::EtcdWork;
+use super::trace_spans::EventSpan;
 use super::*;
+use flotilla_common::tracing_enabled;
 
 impl Dispatcher {
     /// Every kind a controller of the term declared, plus the owner graph's discovered kinds while an
@@ -134,10 +136,13 @@ impl Dispatcher {
         self.routes.observe(&ev);
         self.graph.keys_for(&ev, &self.ctx.informers, &mut keys);
         // The object whose event this is: the reason of every key it queues.
-        let source = match &ev {
-            InformerEvent::Applied { new, .. } => Some(Arc::clone(new)),
-            InformerEvent::Deleted { old, .. } => Some(Arc::clone(old)),
-            InformerEvent::Synced { .. } => None,
+        let (source, event) = match &ev {
+            InformerEvent::Applied { old, new } => (
+                Some(Arc::clone(new)),
+                if old.is_some() { "modified" } else { "added" },
+            ),
+            InformerEvent::Deleted { old, .. } => (Some(Arc::clone(old)), "deleted"),
+            InformerEvent::Synced { .. } => (None, "synced"),
         };
         match ev {
             InformerEvent::Applied { old, new } => {
@@ -174,11 +179,22 @@ impl Dispatcher {
             }
         }
         let Some(source) = source else { return };
+        // The trace of this event starts here, sampled once, if it queues a key of a synced controller
+        // (an initial list arriving is not traced).
+        let traced = tracing_enabled()
+            && keys
+                .iter()
+                .any(|(c, _)| self.controllers.get(c).is_some_and(|s| s.synced));
+        let event_span = if traced {
+            EventSpan::start(&source, event)
+        } else {
+            None
+        };
         for (controller, key) in keys {
             if let Some(state) = self.controllers.get_mut(&controller) {
                 // Before its caches synced, a controller's events are its initial list arriving.
                 let synced = state.synced;
-                state.queue.add_because(key, || {
+                let reason = || {
                     if synced {
                         Reason::ObjectChanged {
                             kind: source.kind.to_string(),
@@ -187,7 +203,17 @@ impl Dispatcher {
                     } else {
                         Reason::InitialList
                     }
-                });
+                };
+                match event_span.as_ref().filter(|_| synced) {
+                    None => {
+                        state.queue.add_because(key, reason);
+                    }
+                    Some(event_span) => {
+                        let (span, trace) = event_span.enqueue(&controller, &key);
+                        let added = state.queue.add_traced(key, reason, trace);
+                        span.record("coalesced", !added);
+                    }
+                }
             }
         }
     }
@@ -214,6 +240,7 @@ impl Dispatcher {
         if released.is_empty() {
             return;
         }
+        self.ctx.metrics.ryw_released.inc_by(released.len() as u64);
         for (controller, key) in released {
             if let Some(state) = self.controllers.get_mut(&controller) {
                 state.queue.done(&key);

@@ -52,6 +52,7 @@ mod run;
 mod status;
 #[cfg(test)]
 mod tests;
+mod trace_spans;
 
 pub use controllers::DISCOVERY_PERIOD;
 use etcd_work::{EtcdDone, EtcdWork, TermStart};

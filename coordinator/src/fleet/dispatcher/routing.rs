@@ -2,6 +2,7 @@
 //! holds, items taken back, and the timers (delays, resyncs, the periodic checks).
 
 use super::controllers::primary_keys;
+use super::trace_spans;
 use super::*;
 
 impl Dispatcher {
@@ -252,6 +253,24 @@ impl Dispatcher {
         state.counters.assigned.inc();
         let attempt = state.queue.num_requeues(&key);
         let reason = state.queue.reason(&key).map(proto::Reason::from);
+        // Only a key a sampled event queued carries traces; otherwise nothing is built or allocated.
+        let traces = state.queue.traces(&key);
+        let (traceparent, trace_links) = if traces.is_empty() {
+            (String::new(), Vec::new())
+        } else {
+            trace_spans::dispatch(
+                traces,
+                &trace_spans::Dispatched {
+                    controller: &controller,
+                    key: &key,
+                    shard,
+                    term: self.term,
+                    worker,
+                    attempt,
+                    reason: state.queue.reason(&key).map_or("unknown", Reason::name),
+                },
+            )
+        };
         let (object, prefetched) = self.payload(&state.spec, &key);
         let Some(w) = self.workers.get_mut(worker) else {
             return;
@@ -274,8 +293,9 @@ impl Dispatcher {
                 attempt,
                 object,
                 prefetched,
-                traceparent: String::new(),
+                traceparent,
                 reason,
+                trace_links,
             });
         self.items.insert(
             (self.term, item_id),
