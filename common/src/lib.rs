@@ -10,6 +10,7 @@ mod kubeconfig;
 mod log_limiter;
 mod names;
 mod ops_server;
+mod process_metrics;
 mod shutdown;
 mod telemetry;
 mod trace_context;
@@ -18,13 +19,14 @@ mod trace_export;
 pub use duration::{DurationError, parse_duration};
 pub use etcd::{
     Elected, Election, ElectionError, LeaderInfo, Leadership, Session, SessionConfig, SessionError,
-    connect_etcd,
+    connect_etcd, register_session_metrics,
 };
 pub use keys::FleetKeys;
 pub use kubeconfig::{KubeConfigError, kube_client, kube_config};
 pub use log_limiter::{LogLimiter, Verdict};
 pub use names::{validate_label, validate_subdomain};
 pub use ops_server::{Health, OpsServer, OpsServerError};
+pub use process_metrics::register_process_metrics;
 pub use shutdown::shutdown_signal;
 pub use telemetry::{LogFormat, Telemetry, init_logging, init_telemetry};
 pub use trace_context::{TraceContext, tracing_enabled};

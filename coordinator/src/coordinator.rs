@@ -110,6 +110,9 @@ impl Coordinator {
         let mut registry = Registry::default();
         let metrics = FleetMetrics::register(&mut registry);
         let queue_metrics = QueueMetricsFamilies::register(&mut registry);
+        metrics.master_status(&config.fleet).set(0);
+        flotilla_common::register_process_metrics(&mut registry);
+        flotilla_common::register_session_metrics(&mut registry);
         let informers = Informers::scoped(
             kube,
             &mut registry,
@@ -352,6 +355,8 @@ impl Process {
             let (handle, mut task) = fleet::spawn(ctx, term_stop.clone());
             self.slot.set_term(Some((handle, access)));
             self.metrics.is_leader.set(1);
+            self.metrics.terms_started.inc();
+            self.metrics.master_status(&self.config.fleet).set(1);
             self.metrics
                 .term
                 .set(i64::try_from(term).unwrap_or(i64::MAX));
@@ -404,6 +409,9 @@ impl Process {
                 .set_ready(false, "stepped down; campaigning again");
             self.metrics.is_leader.set(0);
             self.metrics.term.set(0);
+            self.metrics.master_status(&self.config.fleet).set(0);
+            self.metrics.worker_in_flight.clear();
+            self.metrics.worker_credits.clear();
             let resigned = resign
                 && election
                     .resign(&elected)

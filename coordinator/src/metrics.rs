@@ -30,6 +30,20 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// Label of per-worker series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabel {
+    /// Worker id.
+    pub worker: String,
+}
+
+/// Label of client-go's leader-election series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ElectionLabel {
+    /// The election's name: the fleet.
+    pub name: String,
+}
+
 /// Metrics of the fleet core; cheap to clone.
 #[derive(Clone, Default)]
 pub struct FleetMetrics {
@@ -45,12 +59,24 @@ pub struct FleetMetrics {
     pub shard_moves: Counter,
     /// Keys held for read-your-writes right now.
     pub ryw_holds: Gauge,
+    /// Holds placed: a Done reported writes the cache had not shown yet.
+    pub ryw_held: Counter,
+    /// Holds released, by observing the writes or by the bound (those also count in `ryw_expired`).
+    pub ryw_released: Counter,
     /// Holds released by the bound rather than by observing the writes.
     pub ryw_expired: Counter,
     /// 1 while this process leads.
     pub is_leader: Gauge,
     /// The current term (0 when following).
     pub term: Gauge,
+    /// Terms this process started leading: leadership transitions to it.
+    pub terms_started: Counter,
+    /// client-go's `leader_election_master_status{name}`: 1 while leading the fleet `name`.
+    pub master_status: Family<ElectionLabel, Gauge>,
+    /// Items each worker holds now (sent, no Done yet); the leader's view, updated every dispatcher tick.
+    pub worker_in_flight: Family<WorkerLabel, Gauge>,
+    /// Credits each worker has granted that the leader has not spent yet (what it may still be sent).
+    pub worker_credits: Family<WorkerLabel, Gauge>,
     /// Terms this process led that ended, by why: `shutdown`, `lease_lost`, `error` (an etcd or
     /// dispatcher error), `panic` (the dispatcher task panicked), `ended`.
     pub terms_ended: Family<ReasonLabel, Counter>,
@@ -97,6 +123,16 @@ impl FleetMetrics {
             m.ryw_holds.clone(),
         );
         registry.register(
+            "flotilla_read_your_writes_held",
+            "Keys held until their writes are observed (holds placed)",
+            m.ryw_held.clone(),
+        );
+        registry.register(
+            "flotilla_read_your_writes_released",
+            "Read-your-writes holds released, by observation or by the time bound",
+            m.ryw_released.clone(),
+        );
+        registry.register(
             "flotilla_read_your_writes_expired",
             "Read-your-writes holds released by the time bound",
             m.ryw_expired.clone(),
@@ -110,6 +146,27 @@ impl FleetMetrics {
             "flotilla_leader_term",
             "The term this coordinator leads",
             m.term.clone(),
+        );
+        registry.register(
+            "flotilla_leader_terms_started",
+            "Terms this coordinator started leading (leadership transitions to it)",
+            m.terms_started.clone(),
+        );
+        registry.register(
+            // client-go's name, so kube-controller-manager's leader-election panels apply.
+            "leader_election_master_status",
+            "1 while this coordinator leads the election `name` (the fleet), 0 otherwise",
+            m.master_status.clone(),
+        );
+        registry.register(
+            "flotilla_dispatch_in_flight",
+            "Items each worker holds (sent, not yet done), as the leader sees it",
+            m.worker_in_flight.clone(),
+        );
+        registry.register(
+            "flotilla_dispatch_credits",
+            "Unspent credits each worker granted the leader",
+            m.worker_credits.clone(),
         );
         registry.register(
             "flotilla_controllers_retired",
@@ -127,6 +184,15 @@ impl FleetMetrics {
             m.backlog.clone(),
         );
         m
+    }
+
+    /// client-go's leader-election gauge of the fleet `fleet`.
+    pub fn master_status(&self, fleet: &str) -> Gauge {
+        self.master_status
+            .get_or_create(&ElectionLabel {
+                name: fleet.to_owned(),
+            })
+            .clone()
     }
 
     /// Counts one refused input.

@@ -9,5 +9,7 @@ pub mod rbac;
 pub mod selection;
 pub mod simnodes;
 pub mod status;
+pub mod status_watch;
 pub mod up;
+pub mod up_progress;
 pub mod worker;

@@ -19,6 +19,12 @@ pub struct Args {
     /// Output: `text` (a table) or `json` (one object; scripts rely on its field names).
     #[arg(short = 'o', long, default_value = "text")]
     pub output: Output,
+    /// Keep a live view on the terminal, redrawn every `--interval`, until Ctrl-C.
+    #[arg(long, short = 'w')]
+    pub watch: bool,
+    /// How often `--watch` redraws.
+    #[arg(long, default_value = "1s", value_parser = flotilla_common::parse_duration)]
+    pub interval: Duration,
 }
 
 /// Output formats.
@@ -32,6 +38,10 @@ pub enum Output {
 
 /// Prints the status of the fleet.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    if args.watch {
+        let fetch = || fetch(&args.etcd_endpoints, &args.fleet);
+        return super::status_watch::run(&args.fleet, args.interval, fetch).await;
+    }
     let status = fetch(&args.etcd_endpoints, &args.fleet).await?;
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&to_json(&status))?),

@@ -2,9 +2,12 @@
 //! process a real one: `demo`, two coordinators and three workers running the example `greeting`
 //! controller, and `builtins`, a coordinator and two `flotilla worker --controllers *` workers running
 //! kube-controller-manager's controllers. Applies the Greeting CRD, sample Greetings and sample
-//! Deployments, and prints live progress until every Greeting is reconciled and every Deployment is
-//! Available.
+//! Deployments, and shows its progress as a list of steps ticked off ([`Progress`]) and a live count
+//! until every Greeting is reconciled and every Deployment is Available. With `--keep-running` it then
+//! shows `flotilla status --watch`'s live view of the `demo` fleet (on a terminal) until Ctrl-C, and
+//! stops every process it started.
 
+use std::io::IsTerminal;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -16,6 +19,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::procs::{fleet_flags, free_port, sibling, spawn, stop_all, wait_for_api};
+use super::up_progress::Progress;
 
 /// The Greeting CRD of the example controller.
 const GREETING_CRD: &str = include_str!("../../examples/greeting/crd.yaml");
@@ -54,14 +58,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("flotilla-up-").tempdir()?;
     let logs = dir.path().to_path_buf();
     println!("flotilla up: logs in {}", logs.display());
+    let mut progress = Progress::stdout();
 
+    progress.step("starting etcd");
     let etcd = EtcdServer::start().await?;
     let endpoints = etcd.endpoints().join(",");
-    println!("  etcd            {endpoints}");
+    progress.done(&endpoints);
 
     let flotilla = std::env::current_exe()?;
     let kubeconfig = logs.join("kubeconfig");
     let api = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+    progress.step("starting the local Kubernetes API (devcluster)");
     let mut children = vec![spawn(
         &logs,
         "devcluster",
@@ -79,11 +86,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ],
     )?];
     let client = wait_for_api(&kubeconfig).await?;
-    println!(
-        "  devcluster      http://{api} ({} simulated nodes), kubeconfig {}",
+    progress.done(&format!(
+        "http://{api} ({} simulated nodes), kubeconfig {}",
         args.nodes,
         kubeconfig.display()
-    );
+    ));
 
     let fleet = "demo";
     let builtins = "builtins";
@@ -95,10 +102,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.extend(shared(fleet));
         args
     };
+    progress.step(&format!("starting fleet {fleet:?}: coordinators"));
     for i in 0..args.coordinators {
         let id = format!("coordinator-{i}");
         children.push(spawn(&logs, &id, &flotilla, &coordinator(&id, fleet))?);
     }
+    progress.done(&format!("{} coordinators", args.coordinators));
+    progress.step(&format!("starting fleet {fleet:?}: workers"));
     let greeting = sibling("greeting-controller")?;
     for i in 0..args.workers {
         let id = format!("worker-{i}");
@@ -106,12 +116,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         worker_args.extend(shared(fleet));
         children.push(spawn(&logs, &id, &greeting, &worker_args)?);
     }
-    println!(
-        "  fleet {fleet:?}     {} coordinators, {} greeting workers",
-        args.coordinators, args.workers
-    );
+    progress.done(&format!(
+        "{} workers running the greeting controller",
+        args.workers
+    ));
     // The built-in controllers run in a fleet of their own: every worker of a fleet runs the same
     // controllers.
+    progress.step(&format!(
+        "starting fleet {builtins:?}: coordinator and workers"
+    ));
     let id = format!("{builtins}-coordinator-0");
     children.push(spawn(&logs, &id, &flotilla, &coordinator(&id, builtins))?);
     for i in 0..args.builtin_workers {
@@ -122,20 +135,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         worker_args.extend(shared(builtins));
         children.push(spawn(&logs, &id, &flotilla, &worker_args)?);
     }
-    println!(
-        "  fleet {builtins:?} 1 coordinator, {} workers running every built-in controller",
+    progress.done(&format!(
+        "1 coordinator, {} workers running every built-in controller",
         args.builtin_workers
-    );
+    ));
 
+    progress.step("applying the sample workload");
     let greetings = apply_samples(&client, args.greetings).await?;
     let deployments = apply_deployments(&client, args.deployments).await?;
-    println!(
-        "  applied         Greeting CRD, {} Greetings and {} Deployments in namespace demo",
+    progress.done(&format!(
+        "Greeting CRD, {} Greetings and {} Deployments in namespace demo",
         args.greetings, args.deployments
-    );
+    ));
+    progress.step("waiting for the fleets to reconcile the samples");
 
     let started = Instant::now();
-    let mut last = String::new();
     loop {
         let done = reconciled(&client, &greetings).await;
         let available = available(&client, &deployments).await;
@@ -148,24 +162,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ),
             Err(_) => "no leader yet".into(),
         };
-        let line = format!(
-            "  progress        {done}/{} Greetings reconciled, {available}/{} Deployments available; {fleet_line}",
+        progress.line(&format!(
+            "{done}/{} Greetings reconciled, {available}/{} Deployments available; {fleet_line}",
             args.greetings, args.deployments
-        );
-        if line != last {
-            println!("{line}");
-            last = line;
-        }
+        ));
         if done == args.greetings && available == args.deployments {
-            println!(
-                "all {} Greetings reconciled and {} Deployments available in {:.1}s",
-                args.greetings,
-                args.deployments,
-                started.elapsed().as_secs_f64()
-            );
+            progress.done(&format!(
+                "all {} Greetings reconciled and {} Deployments available",
+                args.greetings, args.deployments,
+            ));
             break;
         }
         if started.elapsed() > args.timeout {
+            progress.finish_line();
             bail!(
                 "timed out after {:?}: {done}/{} Greetings reconciled, {available}/{} Deployments available; see the logs in {}",
                 args.timeout,
@@ -184,10 +193,24 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "running; try: KUBECONFIG={} kubectl get greetings,configmaps,deployments,pods -n demo",
             kubeconfig.display()
         );
-        println!("         flotilla status --fleet {fleet} --etcd-endpoints {endpoints}");
-        println!("         flotilla status --fleet {builtins} --etcd-endpoints {endpoints}");
+        // The demo's fleets speak plaintext gRPC on loopback (`fleet_flags` passes
+        // --insecure-plaintext), so `flotilla status` must too.
+        println!(
+            "         flotilla status --insecure-plaintext --fleet {fleet} --etcd-endpoints {endpoints}"
+        );
+        println!(
+            "         flotilla status --insecure-plaintext --fleet {builtins} --etcd-endpoints {endpoints}"
+        );
         println!("press Ctrl-C to stop");
-        flotilla_common::shutdown_signal().await;
+        if std::io::stdout().is_terminal() {
+            // The live view returns on Ctrl-C (or SIGTERM) and gives the terminal back.
+            let endpoints = etcd.endpoints();
+            let fetch = || super::status::fetch(&endpoints, fleet);
+            super::status_watch::run(fleet, Duration::from_secs(1), fetch).await?;
+        } else {
+            flotilla_common::shutdown_signal().await;
+        }
+        println!("stopping every process flotilla up started");
     }
     // Workers first, so they hand back their leases cleanly; then coordinators; then the API.
     stop_all(&mut children);

@@ -3,9 +3,11 @@
 
 mod election;
 mod session;
+mod session_metrics;
 
 pub use election::{Elected, Election, ElectionError, LeaderInfo, Leadership};
 pub use session::{Session, SessionConfig, SessionError};
+pub use session_metrics::register_session_metrics;
 
 /// Connects to etcd at `endpoints`.
 ///

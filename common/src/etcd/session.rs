@@ -8,6 +8,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
+use super::session_metrics::SESSION_METRICS;
+
 /// Timing of a [`Session`].
 #[derive(Debug, Clone, Copy)]
 pub struct SessionConfig {
@@ -214,6 +216,9 @@ async fn keep_alive(
         // A renewal that takes longer than the margin would leave us past the fence point anyway.
         match tokio::time::timeout(config.renew_interval, renewed).await {
             Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
+                SESSION_METRICS
+                    .renew_duration
+                    .observe(sent_at.elapsed().as_secs_f64());
                 expires_at = sent_at + Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(0));
             }
             Ok(Ok(Some(_))) => {
@@ -222,6 +227,7 @@ async fn keep_alive(
                 return;
             }
             Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
+                SESSION_METRICS.renew_failures.inc();
                 debug!("lease renewal failed; retrying");
                 channel = None;
             }

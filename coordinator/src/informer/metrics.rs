@@ -21,6 +21,9 @@ struct EventLabels {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct InformerMetrics {
     errors: Family<KindLabel, Counter>,
+    lists: Family<KindLabel, Counter>,
+    relists: Family<KindLabel, Counter>,
+    watches: Family<KindLabel, Counter>,
     events: Family<EventLabels, Counter>,
     objects: Family<KindLabel, Gauge>,
 }
@@ -34,6 +37,22 @@ impl InformerMetrics {
             "flotilla_informer_errors",
             "List/watch failures and objects that could not be cached, per kind",
             metrics.errors.clone(),
+        );
+        registry.register(
+            "flotilla_informer_lists",
+            "Lists started (the first and every relist; one per namespace when listed per namespace), per kind",
+            metrics.lists.clone(),
+        );
+        registry.register(
+            "flotilla_informer_relists",
+            "Lists after the first (410 Gone, a namespace joining the scope), per kind",
+            metrics.relists.clone(),
+        );
+        registry.register(
+            "flotilla_informer_watches",
+            "Watches started from a completed list, per kind (a watch kube-rs resumes from its last \
+             resourceVersion without relisting is not counted)",
+            metrics.watches.clone(),
         );
         registry.register(
             "flotilla_informer_events",
@@ -50,6 +69,28 @@ impl InformerMetrics {
 
     pub(crate) fn error(&self, kind: &str) {
         self.errors
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A list of `kind` started; `relist` when the part had listed before.
+    pub(crate) fn list(&self, kind: &str, relist: bool) {
+        let label = KindLabel {
+            kind: kind.to_owned(),
+        };
+        self.lists.get_or_create(&label).inc();
+        // Created at the first list, so a kind that never relisted shows 0 rather than nothing.
+        let relists = self.relists.get_or_create(&label);
+        if relist {
+            relists.inc();
+        }
+    }
+
+    /// A watch of `kind` started from a completed list.
+    pub(crate) fn watch(&self, kind: &str) {
+        self.watches
             .get_or_create(&KindLabel {
                 kind: kind.to_owned(),
             })

@@ -219,7 +219,10 @@ impl Task {
             return;
         }
         match event {
-            watcher::Event::Init => self.listings[part].clear(),
+            watcher::Event::Init => {
+                self.state.metrics.list(&kind, self.part_synced[part]);
+                self.listings[part].clear();
+            }
             watcher::Event::InitApply(object) => {
                 if let Some(object) = self.parse(object)
                     && self.in_scope(&object)
@@ -237,6 +240,7 @@ impl Task {
                         .replace_where(listing, |o| scoping_namespace(o) == Some(ns.as_str())),
                 };
                 self.part_synced[part] = true;
+                self.state.metrics.watch(&kind);
                 let all_synced = self.part_synced.iter().all(|s| *s);
                 if all_synced {
                     self.state.synced.store(true, Ordering::Release);

@@ -1,5 +1,6 @@
 //! The worker's Prometheus metrics: reconciles by controller and outcome, reconcile duration, items in
-//! flight, refused items, fencing events, leader connection state and Kubernetes API requests.
+//! flight, refused items, fencing events, leader connection state, Kubernetes API requests and the time
+//! requests wait for the rate limiter.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -28,6 +29,13 @@ struct ReasonLabels {
 
 type HistogramFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
 
+/// client-go's rate-limiter buckets for `rest_client_rate_limiter_duration_seconds`: 5 ms to 60 s.
+fn rate_limiter_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+    ])
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms to about 30 s: no-op reconciles sit at the bottom, slow API calls at the top.
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
@@ -38,6 +46,8 @@ fn duration_histogram() -> Histogram {
 pub(crate) struct Metrics {
     reconciles: Family<OutcomeLabels, Counter>,
     duration: HistogramFamily,
+    errors: Family<ControllerLabels, Counter>,
+    rate_limiter_wait: HistogramFamily,
     in_flight: Family<ControllerLabels, Gauge>,
     refused: Family<ReasonLabels, Counter>,
     fenced: Counter,
@@ -51,6 +61,8 @@ impl Metrics {
         let metrics = Self {
             reconciles: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
+            errors: Family::default(),
+            rate_limiter_wait: Family::new_with_constructor(rate_limiter_histogram),
             in_flight: Family::default(),
             refused: Family::default(),
             fenced: Counter::default(),
@@ -66,6 +78,19 @@ impl Metrics {
             "flotilla_worker_reconcile_duration_seconds",
             "How long reconciles took, by controller",
             metrics.duration.clone(),
+        );
+        registry.register(
+            "flotilla_worker_reconcile_errors",
+            "Reconciles that returned an error, by controller (the outcome=\"error\" reconciles, for alerts)",
+            metrics.errors.clone(),
+        );
+        registry.register(
+            // client-go's name; labelled by the controller whose budget (--kube-api-qps/--kube-api-burst)
+            // the request waited for (`events` for the Events' budget), where client-go labels by host
+            // and verb: here the bucket, not the verb, decides the wait.
+            "rest_client_rate_limiter_duration_seconds",
+            "Seconds Kubernetes API requests waited for the client-side rate limiter, by controller",
+            metrics.rate_limiter_wait.clone(),
         );
         registry.register(
             "flotilla_worker_reconciles_in_flight",
@@ -120,7 +145,18 @@ impl Metrics {
             success: outcome("success"),
             requeue_after: outcome("requeue_after"),
             error: outcome("error"),
+            errors: self.errors.get_or_create(&labels).clone(),
         }
+    }
+
+    /// The histogram of rate-limiter waits of the budget `controller` (or `events`), created now so the
+    /// series shows before the first request.
+    pub(crate) fn rate_limiter_wait(&self, controller: &str) -> Histogram {
+        self.rate_limiter_wait
+            .get_or_create(&ControllerLabels {
+                controller: controller.to_owned(),
+            })
+            .clone()
     }
 
     /// The counter the Kubernetes client stack counts its requests into.
@@ -153,6 +189,7 @@ pub(crate) struct ControllerMetrics {
     success: Counter,
     requeue_after: Counter,
     error: Counter,
+    errors: Counter,
 }
 
 impl ControllerMetrics {
@@ -167,7 +204,10 @@ impl ControllerMetrics {
             None => return,
             Some("success") => &self.success,
             Some("requeue_after") => &self.requeue_after,
-            Some(_) => &self.error,
+            Some(_) => {
+                self.errors.inc();
+                &self.error
+            }
         };
         counter.inc();
         self.duration.observe(seconds);

@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
@@ -18,6 +19,8 @@ pub(crate) struct TokenBucket {
     qps: f64,
     burst: f64,
     state: Mutex<BucketState>,
+    /// Where each reservation's wait is observed (`rest_client_rate_limiter_duration_seconds`).
+    waits: Option<Histogram>,
 }
 
 #[derive(Debug)]
@@ -37,11 +40,27 @@ impl TokenBucket {
                 tokens: burst,
                 last: Instant::now(),
             }),
+            waits: None,
         }
+    }
+
+    /// The bucket observing every reservation's wait (0 for a token taken at once) in `waits`, as
+    /// client-go's limiter observes `rest_client_rate_limiter_duration_seconds`.
+    pub(crate) fn observed(mut self, waits: Histogram) -> Self {
+        self.waits = Some(waits);
+        self
     }
 
     /// Takes one token and says how long to wait before using it (`None`: use it now).
     pub(crate) fn reserve(&self) -> Option<Duration> {
+        let wait = self.take();
+        if let Some(waits) = &self.waits {
+            waits.observe(wait.map_or(0.0, |w| w.as_secs_f64()));
+        }
+        wait
+    }
+
+    fn take(&self) -> Option<Duration> {
         if self.qps <= 0.0 {
             return None;
         }
@@ -153,6 +172,21 @@ mod tests {
             bucket.reserve().is_some(),
             "the refill must stop at the burst"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_reservation_s_wait_is_observed_including_the_ones_that_do_not_wait() {
+        let waits = Histogram::new([0.05, 0.15]);
+        let bucket = TokenBucket::new(10.0, 1).observed(waits.clone());
+        assert_eq!(bucket.reserve(), None);
+        assert!(bucket.reserve().is_some());
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("waits", "", waits);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("waits_count 2"), "{text}");
+        assert!(text.contains(r#"waits_bucket{le="0.05"} 1"#), "{text}");
+        assert!(text.contains(r#"waits_bucket{le="0.15"} 2"#), "{text}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -75,7 +75,10 @@ impl Worker {
         );
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let events = TokenBucket::new(config.kube_api_qps, config.kube_api_burst);
+        flotilla_common::register_process_metrics(&mut registry);
+        flotilla_common::register_session_metrics(&mut registry);
+        let events = TokenBucket::new(config.kube_api_qps, config.kube_api_burst)
+            .observed(metrics.rate_limiter_wait("events"));
         let kube = KubeStack::new(
             &config.kube,
             kinds,
@@ -89,7 +92,8 @@ impl Worker {
             .map(|controller| {
                 let name = controller.name().to_owned();
                 // Each controller its own budget, as each of kube-controller-manager's has its own client.
-                let bucket = TokenBucket::new(config.kube_api_qps, config.kube_api_burst);
+                let bucket = TokenBucket::new(config.kube_api_qps, config.kube_api_burst)
+                    .observed(metrics.rate_limiter_wait(&name));
                 let clients: Arc<dyn KubeClients> = Arc::new(kube.rate_limited(Arc::new(bucket)));
                 let env = Arc::new(ControllerEnv::new(
                     &worker_id,

@@ -53,6 +53,7 @@ mod status;
 #[cfg(test)]
 mod tests;
 mod trace_spans;
+mod worker_gauges;
 
 pub use controllers::DISCOVERY_PERIOD;
 use etcd_work::{EtcdDone, EtcdWork, TermStart};

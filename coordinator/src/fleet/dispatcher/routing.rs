@@ -82,6 +82,7 @@ impl Dispatcher {
                 .unwrap_or(now);
             self.expectations
                 .hold(&item.controller, &item.key, unobserved, deadline);
+            self.ctx.metrics.ryw_held.inc();
             self.ctx
                 .metrics
                 .ryw_holds
@@ -401,6 +402,7 @@ impl Dispatcher {
                 }
             }
         }
+        self.publish_worker_gauges();
         let expired = self.expectations.expire(now);
         if !expired.is_empty() {
             self.ctx.metrics.ryw_expired.inc_by(expired.len() as u64);

@@ -42,6 +42,9 @@ impl Dispatcher {
                     depth: (c.queue.len() + routed) as u64,
                     processing: c.queue.processing_len() as u64,
                     waiting: 0,
+                    done: c.counters.success.get()
+                        + c.counters.requeue_after.get()
+                        + c.counters.error.get(),
                 }
             })
             .collect();
