@@ -25,6 +25,7 @@ mod api {
     mod patch;
     mod protobuf;
     mod quota;
+    mod rbac;
     mod simnodes;
     mod watch;
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use flotilla_devcluster::{
-    DevCluster, DevClusterConfig, EtcdServer, NodeControl, NodeSimulator, SimConfig, control_router,
+    AuthConfig, AuthorizationMode, DevCluster, DevClusterConfig, EtcdServer, NodeControl,
+    NodeSimulator, SimConfig, control_router,
 };
 
 use flotilla_common::parse_duration;
@@ -41,6 +42,26 @@ pub struct Args {
     /// How long pods with restartPolicy Never/OnFailure run before they are reported Succeeded.
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     pub job_pod_duration: Duration,
+    /// How requests are authorized (kube-apiserver's flag). `AlwaysAllow` keeps the demo's
+    /// token-less admin access; `RBAC` authorizes with the stored Roles and bindings as upstream does,
+    /// creates upstream's bootstrap ClusterRoles, and writes a kubeconfig with an admin token.
+    #[arg(long, value_enum, default_value_t = Mode::AlwaysAllow)]
+    pub authorization_mode: Mode,
+    /// A static token file in kube-apiserver's `--token-auth-file` CSV format
+    /// (`token,user,uid,"group1,group2"`).
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
+}
+
+/// `--authorization-mode` values, spelled as kube-apiserver spells them.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Allow every request.
+    #[value(name = "AlwaysAllow")]
+    AlwaysAllow,
+    /// Upstream's RBAC authorizer.
+    #[value(name = "RBAC")]
+    Rbac,
 }
 
 /// Runs `flotilla devcluster` until interrupted.
@@ -76,13 +97,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
 
     let control = NodeControl::new();
-    let cluster = DevCluster::start(DevClusterConfig {
-        etcd_endpoints,
-        listen: args.listen,
-        compact_interval: args.compact_interval,
-        bookmark_interval: args.bookmark_interval,
-        extension: (args.nodes > 0).then(|| control_router(control.clone())),
-    })
+    let auth = AuthConfig {
+        authorization_mode: match args.authorization_mode {
+            Mode::AlwaysAllow => AuthorizationMode::AlwaysAllow,
+            Mode::Rbac => AuthorizationMode::Rbac,
+        },
+        token_auth_file: args.token_auth_file.clone(),
+    };
+    let cluster = DevCluster::start_with_auth(
+        DevClusterConfig {
+            etcd_endpoints,
+            listen: args.listen,
+            compact_interval: args.compact_interval,
+            bookmark_interval: args.bookmark_interval,
+            extension: (args.nodes > 0).then(|| control_router(control.clone())),
+        },
+        auth,
+    )
     .await
     .context("cannot start the devcluster API server")?;
 

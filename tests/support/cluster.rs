@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use flotilla_devcluster::{
-    DevCluster, DevClusterConfig, EtcdServer, NodeControl, NodeSimulator, SimConfig, control_router,
+    AuthConfig, AuthorizationMode, Decision, DevCluster, DevClusterConfig, EtcdServer, NodeControl,
+    NodeSimulator, SimConfig, control_router,
 };
 use tempfile::TempDir;
 
@@ -41,6 +42,7 @@ pub struct TestClusterBuilder {
     sim: SimConfig,
     compact_interval: Option<Duration>,
     bookmark_interval: Duration,
+    auth: AuthConfig,
 }
 
 impl Default for TestClusterBuilder {
@@ -53,6 +55,7 @@ impl Default for TestClusterBuilder {
             compact_interval: None,
             // Short, so tests observe bookmarks within their timeouts.
             bookmark_interval: Duration::from_secs(1),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -83,6 +86,13 @@ impl TestClusterBuilder {
         self
     }
 
+    /// Authorize the devcluster's requests with RBAC (`--authorization-mode RBAC`); the test's client
+    /// and kubeconfig then carry an admin token. Ignored on an external cluster, which has its own.
+    pub fn with_rbac(mut self) -> Self {
+        self.auth.authorization_mode = AuthorizationMode::Rbac;
+        self
+    }
+
     /// Starts the cluster (and etcd, and the simulator when asked for).
     ///
     /// # Panics
@@ -107,7 +117,7 @@ impl TestClusterBuilder {
                     bookmark_interval: self.bookmark_interval,
                     extension: (self.sim.nodes > 0).then(|| control_router(control.clone())),
                 };
-                let cluster = DevCluster::start(config)
+                let cluster = DevCluster::start_with_auth(config, self.auth)
                     .await
                     .unwrap_or_else(|err| panic!("cannot start devcluster: {err}"));
                 let path = dir.path().join("kubeconfig");
@@ -197,6 +207,14 @@ impl TestCluster {
             .await
             .unwrap_or_else(|err| panic!("cannot compact devcluster: {err}"));
         Some(revision)
+    }
+
+    /// Every authorization decision the devcluster recorded (RBAC mode), oldest first; `None` on an
+    /// external cluster.
+    pub fn authorization_decisions(&self) -> Option<Vec<Decision>> {
+        self.devcluster
+            .as_ref()
+            .map(DevCluster::authorization_decisions)
     }
 
     /// The names of the simulated nodes (empty without a simulator).

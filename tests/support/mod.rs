@@ -16,5 +16,6 @@ pub mod namespace;
 pub mod objects;
 pub mod pki;
 pub mod raw;
+pub mod tokens;
 pub mod wait;
 pub mod watch;
