@@ -20,6 +20,7 @@ mod fleet {
     mod greeting;
     mod hostile_peers;
     mod mapping_rules;
+    mod migration;
     mod read_your_writes;
     mod reasons;
     mod rebalance;
