@@ -14,7 +14,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use super::local_fleet::{FleetShape, LocalFleet};
-use super::process_stats::{peak_rss_mib, rss_mib};
+use super::process_stats::{cpu_seconds, peak_rss_mib, rss_mib};
 use super::rollout::{Goal, NAMESPACE, roll_out};
 use super::{median, write_json};
 
@@ -74,6 +74,15 @@ struct RunResult {
     creates_per_s_alone: f64,
     /// Pod creates per second while the fleet runs.
     creates_per_s_with_fleet: f64,
+    /// The API server's CPU per pod create with no fleet, ms (devcluster only; NaN on a cluster of
+    /// the user's): with the next, where the fleet's cost to the API server's other clients goes.
+    api_cpu_ms_per_create_alone: f64,
+    /// The API server's CPU per pod create while the fleet runs, ms — its watches included.
+    api_cpu_ms_per_create_with_fleet: f64,
+    /// The coordinator's CPU seconds from ready to the end of the run.
+    coordinator_cpu_seconds: f64,
+    /// The worker's CPU seconds from ready to the end of the run.
+    worker_cpu_seconds: f64,
 }
 
 /// Runs `flotilla bench memory`.
@@ -105,19 +114,19 @@ pub(super) async fn run(args: MemoryArgs) -> anyhow::Result<()> {
             namespace: NAMESPACE,
             cluster: args.kubeconfig.as_deref(),
         };
-        let creates_per_s_alone = {
+        let alone = {
             let mut alone = LocalFleet::start_cluster_only(&flotilla, &shape).await?;
             let created = create_bare_pods(&mut alone, &args).await;
             alone.cleanup().await;
             match created {
-                Ok(rate) => rate,
+                Ok(creates) => creates,
                 Err(err) => {
                     return Err(err.context(format!("logs in {}", alone.keep_logs().display())));
                 }
             }
         };
         let mut fleet = LocalFleet::start(&flotilla, &shape).await?;
-        let measured = one_run(&args, &mut fleet, creates_per_s_alone).await;
+        let measured = one_run(&args, &mut fleet, alone).await;
         fleet.cleanup().await;
         let result = match measured {
             Ok(result) => result,
@@ -127,7 +136,8 @@ pub(super) async fn run(args: MemoryArgs) -> anyhow::Result<()> {
         };
         eprintln!(
             "run {run}: coordinator {:.0} MiB ready, {:.0} MiB after the rollout, {:.0} MiB with {} pods \
-             ({:.0} bytes per pod); pod creates/s {:.0} alone, {:.0} with the fleet",
+             ({:.0} bytes per pod); pod creates/s {:.0} alone, {:.0} with the fleet; API server CPU per \
+             create {:.2} ms alone, {:.2} ms with the fleet; CPU s coordinator {:.1}, worker {:.1}",
             result.coordinator_ready_mib,
             result.coordinator_rollout_mib,
             result.coordinator_pods_mib,
@@ -135,6 +145,10 @@ pub(super) async fn run(args: MemoryArgs) -> anyhow::Result<()> {
             result.bytes_per_pod,
             result.creates_per_s_alone,
             result.creates_per_s_with_fleet,
+            result.api_cpu_ms_per_create_alone,
+            result.api_cpu_ms_per_create_with_fleet,
+            result.coordinator_cpu_seconds,
+            result.worker_cpu_seconds,
         );
         runs.push(result);
     }
@@ -148,6 +162,10 @@ pub(super) async fn run(args: MemoryArgs) -> anyhow::Result<()> {
         bytes_per_pod: med(|r| r.bytes_per_pod),
         creates_per_s_alone: med(|r| r.creates_per_s_alone),
         creates_per_s_with_fleet: med(|r| r.creates_per_s_with_fleet),
+        api_cpu_ms_per_create_alone: med(|r| r.api_cpu_ms_per_create_alone),
+        api_cpu_ms_per_create_with_fleet: med(|r| r.api_cpu_ms_per_create_with_fleet),
+        coordinator_cpu_seconds: med(|r| r.coordinator_cpu_seconds),
+        worker_cpu_seconds: med(|r| r.worker_cpu_seconds),
     };
     write_json(
         &args.output,
@@ -162,12 +180,12 @@ pub(super) async fn run(args: MemoryArgs) -> anyhow::Result<()> {
         }),
     )?;
     println!(
-        "| coordinator RSS ready | after {} Deployments × {} | with {} more pods | bytes per cached pod | coordinator peak | worker peak | pod creates/s alone | with the fleet | slowdown |",
+        "| coordinator RSS ready | after {} Deployments × {} | with {} more pods | bytes per cached pod | coordinator peak | worker peak | pod creates/s alone | with the fleet | slowdown | API CPU ms/create alone | with the fleet | coordinator CPU s | worker CPU s |",
         args.deployments, args.replicas, args.pods
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(
-        "| {:.0} MiB | {:.0} MiB | {:.0} MiB | {:.0} | {:.0} MiB | {:.0} MiB | {:.0} | {:.0} | {:.1} % |",
+        "| {:.0} MiB | {:.0} MiB | {:.0} MiB | {:.0} | {:.0} MiB | {:.0} MiB | {:.0} | {:.0} | {:.1} % | {:.2} | {:.2} | {:.1} | {:.1} |",
         medians.coordinator_ready_mib,
         medians.coordinator_rollout_mib,
         medians.coordinator_pods_mib,
@@ -177,6 +195,10 @@ pub(super) async fn run(args: MemoryArgs) -> anyhow::Result<()> {
         medians.creates_per_s_alone,
         medians.creates_per_s_with_fleet,
         (1.0 - medians.creates_per_s_with_fleet / medians.creates_per_s_alone) * 100.0,
+        medians.api_cpu_ms_per_create_alone,
+        medians.api_cpu_ms_per_create_with_fleet,
+        medians.coordinator_cpu_seconds,
+        medians.worker_cpu_seconds,
     );
     println!(
         "\nmedians of {} runs; JSON written to {}",
@@ -189,10 +211,12 @@ pub(super) async fn run(args: MemoryArgs) -> anyhow::Result<()> {
 async fn one_run(
     args: &MemoryArgs,
     fleet: &mut LocalFleet,
-    creates_per_s_alone: f64,
+    alone: Creates,
 ) -> anyhow::Result<RunResult> {
     tokio::time::sleep(args.settle).await;
     let coordinator_ready_mib = rss_mib(fleet.coordinator())?;
+    let coordinator_cpu_ready = cpu_seconds(fleet.coordinator())?;
+    let worker_cpu_ready = cpu_seconds(&fleet.workers()[0])?;
 
     roll_out(
         fleet,
@@ -205,7 +229,7 @@ async fn one_run(
     tokio::time::sleep(args.settle).await;
     let coordinator_rollout_mib = rss_mib(fleet.coordinator())?;
 
-    let creates_per_s_with_fleet = create_bare_pods(fleet, args).await?;
+    let with_fleet = create_bare_pods(fleet, args).await?;
     let expected = args.pods + args.deployments * usize::try_from(args.replicas)?;
     wait_for_cached_pods(fleet, expected, args.timeout).await?;
     tokio::time::sleep(args.settle).await;
@@ -219,19 +243,37 @@ async fn one_run(
         worker_peak_mib: peak_rss_mib(&fleet.workers()[0])?,
         bytes_per_pod: (coordinator_pods_mib - coordinator_rollout_mib) * 1024.0 * 1024.0
             / args.pods as f64,
-        creates_per_s_alone,
-        creates_per_s_with_fleet,
+        creates_per_s_alone: alone.per_second,
+        creates_per_s_with_fleet: with_fleet.per_second,
+        api_cpu_ms_per_create_alone: alone.api_cpu_ms_each,
+        api_cpu_ms_per_create_with_fleet: with_fleet.api_cpu_ms_each,
+        coordinator_cpu_seconds: cpu_seconds(fleet.coordinator())? - coordinator_cpu_ready,
+        worker_cpu_seconds: cpu_seconds(&fleet.workers()[0])? - worker_cpu_ready,
     })
 }
 
-/// Creates the namespaces `pods-0` … and `args.pods` bare pods spread over them; returns the pod
-/// creates per second.
-async fn create_bare_pods(fleet: &mut LocalFleet, args: &MemoryArgs) -> anyhow::Result<f64> {
+/// What creating the bare pods took.
+#[derive(Debug, Clone, Copy)]
+struct Creates {
+    /// Pod creates per second.
+    per_second: f64,
+    /// The API server's CPU per create, ms; NaN when it is not a process of ours.
+    api_cpu_ms_each: f64,
+}
+
+/// The API server's CPU seconds so far, or NaN on a cluster of the user's.
+fn api_cpu_seconds(fleet: &LocalFleet) -> anyhow::Result<f64> {
+    fleet.devcluster().map_or(Ok(f64::NAN), cpu_seconds)
+}
+
+/// Creates the namespaces `pods-0` … and `args.pods` bare pods spread over them.
+async fn create_bare_pods(fleet: &mut LocalFleet, args: &MemoryArgs) -> anyhow::Result<Creates> {
     let mut namespaces = Vec::with_capacity(args.namespaces);
     for i in 0..args.namespaces {
         namespaces.push(fleet.create_namespace(&format!("pods-{i}")).await?);
     }
     let client = fleet.client.clone();
+    let api_cpu_start = api_cpu_seconds(fleet)?;
     let start = Instant::now();
     futures::stream::iter(0..args.pods)
         .map(|i| {
@@ -249,7 +291,11 @@ async fn create_bare_pods(fleet: &mut LocalFleet, args: &MemoryArgs) -> anyhow::
         .buffer_unordered(CREATE_CONCURRENCY)
         .try_for_each(|_| async { Ok(()) })
         .await?;
-    Ok(args.pods as f64 / start.elapsed().as_secs_f64())
+    let elapsed = start.elapsed().as_secs_f64();
+    Ok(Creates {
+        per_second: args.pods as f64 / elapsed,
+        api_cpu_ms_each: (api_cpu_seconds(fleet)? - api_cpu_start) * 1000.0 / args.pods as f64,
+    })
 }
 
 /// Waits until the leader's pod informer caches `expected` pods.
