@@ -11,6 +11,7 @@ pub mod support;
 mod controllers {
     mod deployment;
     mod garbagecollector;
+    mod least_privilege;
     mod namespace;
     mod replicaset;
     mod serviceaccount;
