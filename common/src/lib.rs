@@ -13,6 +13,7 @@ mod ops_server;
 mod process_metrics;
 mod shutdown;
 mod telemetry;
+pub mod tls;
 mod trace_context;
 mod trace_export;
 

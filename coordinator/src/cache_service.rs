@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use flotilla_common::tls::{IdentityError, check_worker_identity};
 use flotilla_common::{LabelSelector, ResourceKind, SelectorError, Verdict};
 use flotilla_proto as proto;
 use flotilla_proto::cache_server::{Cache, CacheServer};
+use tonic::transport::CertificateDer;
 use tonic::{Request, Response, Status};
 use tracing::warn;
 
@@ -33,6 +35,8 @@ enum CacheServiceError {
         proto::LEASE_ID_METADATA
     )]
     NoIdentity,
+    #[error("worker identity refused: {0}")]
+    WrongCertificate(IdentityError),
     #[error(transparent)]
     Denied(#[from] AccessDenied),
     #[error(
@@ -67,7 +71,9 @@ impl From<CacheServiceError> for Status {
             }
             CacheServiceError::AmbiguousIndex(_) => Status::failed_precondition(message),
             CacheServiceError::NoIdentity => Status::unauthenticated(message),
-            CacheServiceError::Denied(_) => Status::permission_denied(message),
+            CacheServiceError::Denied(_) | CacheServiceError::WrongCertificate(_) => {
+                Status::permission_denied(message)
+            }
             CacheServiceError::TooLarge { .. } => Status::resource_exhausted(message),
         }
     }
@@ -124,12 +130,14 @@ impl CacheService {
     fn synced_store(
         &self,
         metadata: &tonic::metadata::MetadataMap,
+        peer_certs: Option<&[CertificateDer<'static>]>,
         kind: Option<proto::ResourceKind>,
     ) -> Result<(ResourceKind, Store), CacheServiceError> {
-        let checked = self.authorize(metadata, kind);
+        let checked = self.authorize(metadata, peer_certs, kind);
         if let Err(err) = &checked {
             let reason = match err {
                 CacheServiceError::NoIdentity => Some("cache_no_identity"),
+                CacheServiceError::WrongCertificate(_) => Some("tls_identity_mismatch"),
                 CacheServiceError::Denied(AccessDenied::UnknownWorker { .. }) => {
                     Some("cache_unregistered_worker")
                 }
@@ -151,10 +159,13 @@ impl CacheService {
     fn authorize(
         &self,
         metadata: &tonic::metadata::MetadataMap,
+        peer_certs: Option<&[CertificateDer<'static>]>,
         kind: Option<proto::ResourceKind>,
     ) -> Result<(ResourceKind, Store), CacheServiceError> {
         let access = (self.access)().ok_or(CacheServiceError::NotLeader)?;
         let (worker, lease) = identity(metadata).ok_or(CacheServiceError::NoIdentity)?;
+        // With mTLS, the metadata's worker id must be the one the client certificate names.
+        check_worker_identity(peer_certs, &worker).map_err(CacheServiceError::WrongCertificate)?;
         let kind = ResourceKind::from(kind.ok_or(CacheServiceError::MissingKind)?);
         kind.validate().map_err(CacheServiceError::InvalidKind)?;
         access.check(&worker, lease, &kind)?;
@@ -171,8 +182,13 @@ impl Cache for CacheService {
         &self,
         request: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
+        let peer_certs = request.peer_certs();
         let (metadata, _, request) = request.into_parts();
-        let (kind, store) = self.synced_store(&metadata, request.kind)?;
+        let (kind, store) = self.synced_store(
+            &metadata,
+            peer_certs.as_deref().map(Vec::as_slice),
+            request.kind,
+        )?;
         if request.name.is_empty() {
             return Err(CacheServiceError::MissingName.into());
         }
@@ -187,8 +203,13 @@ impl Cache for CacheService {
         &self,
         request: Request<proto::ListRequest>,
     ) -> Result<Response<proto::ListResponse>, Status> {
+        let peer_certs = request.peer_certs();
         let (metadata, _, request) = request.into_parts();
-        let (kind, store) = self.synced_store(&metadata, request.kind.clone())?;
+        let (kind, store) = self.synced_store(
+            &metadata,
+            peer_certs.as_deref().map(Vec::as_slice),
+            request.kind.clone(),
+        )?;
         Ok(Response::new(list(&kind, &store, &request)?))
     }
 }

@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use flotilla_common::tls::ServerTls;
+
 use crate::informer::NamespaceScope;
 
 /// Everything a coordinator needs to start.
@@ -58,6 +60,10 @@ pub struct CoordinatorConfig {
     /// (cluster-scoped kinds stay cluster-wide). Default every namespace, as kube-controller-manager;
     /// scoped, several fleets share one cluster without touching each other's objects.
     pub namespaces: NamespaceScope,
+    /// Mutual TLS of the gRPC port (`--tls-cert`, `--tls-key`, `--tls-client-ca`): `None` serves
+    /// plaintext, what `--insecure-plaintext` asks for and the default of a configuration built in code
+    /// (in-process tests, benchmarks); the command line refuses to start without either.
+    pub tls: Option<ServerTls>,
 }
 
 impl CoordinatorConfig {
@@ -83,6 +89,7 @@ impl CoordinatorConfig {
             controller_retire_after: Duration::from_secs(600),
             unserved_kind_timeout: Duration::from_secs(60),
             namespaces: NamespaceScope::All,
+            tls: None,
         }
     }
 

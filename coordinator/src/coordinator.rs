@@ -156,13 +156,26 @@ impl Coordinator {
             })
             .add_service(AdminService::new(slot.clone()).into_server());
         let serve_stop = stop.clone();
+        let tls = config.tls.clone();
+        let handshake_metrics = metrics.clone();
         let grpc = tokio::spawn(
             async move {
-                let incoming = TcpListenerStream::new(listener);
-                if let Err(err) = server
-                    .serve_with_incoming_shutdown(incoming, serve_stop.cancelled_owned())
-                    .await
-                {
+                let stopped = serve_stop.cancelled_owned();
+                let served = match tls {
+                    // Handshakes are ours (tonic's TLS cannot reload certificates); tonic's `Connected`
+                    // impl for the TLS stream hands the client's certificates to the handlers.
+                    Some(tls) => {
+                        let incoming = tls.incoming(listener, move |peer, error| {
+                            refuse_handshake(&handshake_metrics, peer, error);
+                        });
+                        server.serve_with_incoming_shutdown(incoming, stopped).await
+                    }
+                    None => {
+                        let incoming = TcpListenerStream::new(listener);
+                        server.serve_with_incoming_shutdown(incoming, stopped).await
+                    }
+                };
+                if let Err(err) = served {
                     warn!(error = %err, "gRPC server stopped");
                 }
             }
@@ -197,6 +210,7 @@ impl Coordinator {
             failure.clone(),
         )));
         info!(%addr, metrics = %ops.addr(), advertise = %config.advertise_address(),
+            mtls = config.tls.is_some(),
             namespaces = %config.namespaces, "coordinator started");
         Ok(Self {
             addr,
@@ -548,6 +562,15 @@ async fn revoke_when_reachable(
 }
 
 /// Sleeps unless stopped first; false when stopped.
+/// A failed TLS handshake (no client certificate, an unknown CA, not TLS): counted as
+/// `flotilla_bad_input_total{reason="tls_handshake"}`, logged rate-limited per peer address.
+fn refuse_handshake(metrics: &FleetMetrics, peer: SocketAddr, error: &std::io::Error) {
+    let peer = peer.ip().to_string();
+    if let flotilla_common::Verdict::Log { suppressed } = metrics.refused(&peer, "tls_handshake") {
+        warn!(peer, suppressed, %error, "refusing a TLS connection");
+    }
+}
+
 async fn pause(stop: &CancellationToken, d: Duration) -> bool {
     tokio::select! {
         biased;

@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info_span, warn};
 
 use flotilla_common::Verdict;
+use flotilla_common::tls::check_worker_identity;
 
 use crate::fleet::{Command, Credit, Done, Hello, HelloRefused, Limits};
 use crate::leader_slot::LeaderSlot;
@@ -95,6 +96,8 @@ impl proto::dispatch_server::Dispatch for DispatchService {
         let peer = request
             .remote_addr()
             .map_or_else(|| "unknown".to_owned(), |a| a.ip().to_string());
+        // With mTLS, the client certificate the connection was made with (`None` in plaintext).
+        let peer_certs = request.peer_certs();
         let mut inbound = request.into_inner();
         let first = match tokio::time::timeout(self.hello_timeout, inbound.message()).await {
             Err(_) => {
@@ -132,6 +135,17 @@ impl proto::dispatch_server::Dispatch for DispatchService {
                 ));
             }
         };
+        // The certificate must name the worker the Hello claims to be, so a worker cannot take over
+        // another's stream, shards or items.
+        if let Err(err) =
+            check_worker_identity(peer_certs.as_deref().map(Vec::as_slice), &hello.worker_id)
+        {
+            return Err(self.refuse(
+                &peer,
+                "tls_identity_mismatch",
+                Status::permission_denied(format!("worker identity refused: {err}")),
+            ));
+        }
         let worker = hello.worker_id.clone();
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         // Unbounded: the dispatcher must never wait on a worker (see `Outbound`, fleet/workers.rs).

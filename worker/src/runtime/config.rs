@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use flotilla_common::SessionConfig;
+use flotilla_common::tls::ClientTransport;
 
 /// Errors of an invalid configuration.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,10 @@ pub struct WorkerConfig {
     /// Longest pause between reconnect attempts. Default 2 s: a restarting leader is found quickly
     /// without hammering it.
     pub reconnect_max: Duration,
+    /// How the leader's gRPC port is reached: mutual TLS (`--tls-cert` …), or plaintext, what
+    /// `--insecure-plaintext` asks for and the default of a configuration built in code (in-process
+    /// tests, benchmarks).
+    pub tls: ClientTransport,
 }
 
 impl WorkerConfig {
@@ -65,6 +70,7 @@ impl WorkerConfig {
             metrics_listen: None,
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(2),
+            tls: ClientTransport::Plaintext,
         }
     }
 

@@ -1,8 +1,10 @@
-//! One Dispatch stream to the leader: a channel to its address, the outgoing messages fed from an
-//! mpsc (as in tonic's streaming example), and the incoming stream.
+//! One Dispatch stream to the leader: a channel to its address (mutual TLS, or plaintext with
+//! `--insecure-plaintext`), the outgoing messages fed from an mpsc (as in tonic's streaming example),
+//! and the incoming stream.
 
 use std::time::Duration;
 
+use flotilla_common::tls::ClientTransport;
 use flotilla_proto as proto;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -14,8 +16,9 @@ pub(crate) enum ConnectError {
     /// The leader's address is not a usable URI.
     #[error("leader address {0:?} is not a valid address")]
     Address(String),
-    /// No connection could be made.
-    #[error("cannot connect to the leader: {0}")]
+    /// No connection could be made (the TLS handshake's error, such as a certificate the leader's CA
+    /// did not sign, is in the chain).
+    #[error("cannot connect to the leader: {}", chain(.0))]
     Transport(tonic::transport::Error),
     /// The leader refused the stream.
     #[error("the leader refused the stream: {0}")]
@@ -23,6 +26,19 @@ pub(crate) enum ConnectError {
     /// Connecting took too long.
     #[error("connecting to the leader timed out")]
     Timeout,
+}
+
+/// An error and its sources, `: `-separated: tonic's transport error says only "transport error", the
+/// reason (a refused certificate, a refused connection) is in its sources.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// An open stream.
@@ -37,11 +53,13 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects to `address` (`host:port`) and opens `Dispatch.Work`, sending `hello` first.
+    /// Connects to `address` (`host:port`) over `transport` and opens `Dispatch.Work`, sending `hello`
+    /// first.
     ///
     /// # Errors
     /// See [`ConnectError`].
     pub(crate) async fn open(
+        transport: &ClientTransport,
         address: &str,
         hello: proto::Hello,
         timeout: Duration,
@@ -53,7 +71,10 @@ impl Connection {
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(5))
                 .keep_alive_timeout(Duration::from_secs(5));
-            let channel = endpoint.connect().await.map_err(ConnectError::Transport)?;
+            let channel = transport
+                .connect(endpoint)
+                .await
+                .map_err(ConnectError::Transport)?;
             let (tx, rx) = mpsc::unbounded_channel();
             // The coordinator may wait for Hello before answering the call, so Hello goes in first.
             let hello = proto::WorkerMessage {

@@ -362,7 +362,12 @@ impl<'a> SessionRun<'a> {
                 self.fence();
                 return Some(End::Lost);
             }
-            opened = Connection::open(&leader.info.address, hello, CONNECT_TIMEOUT) => opened,
+            opened = Connection::open(
+                &self.shared.config.tls,
+                &leader.info.address,
+                hello,
+                CONNECT_TIMEOUT,
+            ) => opened,
         };
         match opened {
             Ok(connection) => {
