@@ -1,6 +1,6 @@
 //! The etcd key layout of one fleet: where the leader, the workers and the shard owners live.
 
-/// Key names under `/flotilla/<fleet>/`.
+/// Key names under `<prefix>/<fleet>/` (`--etcd-prefix`, default `/flotilla`).
 ///
 /// - `leader`: the election prefix; the newest key under it with the lowest create revision leads.
 /// - `workers/<id>`: one key per live worker, on that worker's lease; its value describes the worker.
@@ -13,11 +13,23 @@ pub struct FleetKeys {
 }
 
 impl FleetKeys {
-    /// Keys of fleet `fleet`.
+    /// Keys of fleet `fleet` under the default prefix, `/flotilla`.
     pub fn new(fleet: &str) -> Self {
+        Self::with_prefix(crate::etcd::DEFAULT_ETCD_PREFIX, fleet)
+    }
+
+    /// Keys of fleet `fleet` under `prefix` (`/flotilla`; a trailing `/` is ignored). Every key this
+    /// type names starts with `<prefix>/<fleet>/`, so an etcd role granted that prefix (or `<prefix>/`
+    /// for every fleet) covers all Flotilla reads and writes.
+    pub fn with_prefix(prefix: &str, fleet: &str) -> Self {
         Self {
-            root: format!("/flotilla/{fleet}/"),
+            root: format!("{}/{fleet}/", prefix.trim_end_matches('/')),
         }
+    }
+
+    /// The prefix every key of the fleet starts with: `<prefix>/<fleet>/`.
+    pub fn root(&self) -> &str {
+        &self.root
     }
 
     /// The election name coordinators campaign on.
@@ -82,6 +94,24 @@ mod tests {
         assert_eq!(keys.parse_shard(keys.shard(42).as_bytes()), Some(42));
         assert!(keys.shard(9) < keys.shard(10));
         assert_eq!(keys.parse_shard(b"/flotilla/other/shards/00001"), None);
+    }
+
+    #[test]
+    fn every_key_lives_under_the_prefix_and_the_fleet() {
+        let keys = FleetKeys::with_prefix("/tenants/a/", "f");
+        assert_eq!(keys.root(), "/tenants/a/f/");
+        for key in [
+            keys.election(),
+            keys.worker("w"),
+            keys.shard(1),
+            keys.controller("c"),
+        ] {
+            assert!(key.starts_with("/tenants/a/f/"), "{key}");
+        }
+        assert_eq!(FleetKeys::new("f").root(), "/flotilla/f/");
+        let other = FleetKeys::with_prefix("/tenants/b", "f");
+        assert_eq!(other.parse_shard(keys.shard(3).as_bytes()), None);
+        assert_eq!(other.parse_worker(keys.worker("w").as_bytes()), None);
     }
 
     #[test]

@@ -19,7 +19,8 @@ mod trace_export;
 
 pub use duration::{DurationError, parse_duration};
 pub use etcd::{
-    Elected, Election, ElectionError, LeaderInfo, Leadership, Session, SessionConfig, SessionError,
+    DEFAULT_ETCD_PREFIX, Elected, Election, ElectionError, EtcdClientConfig, EtcdConnectError,
+    EtcdFlags, EtcdOptionsError, LeaderInfo, Leadership, Session, SessionConfig, SessionError,
     connect_etcd, register_session_metrics,
 };
 pub use keys::FleetKeys;

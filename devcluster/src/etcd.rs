@@ -1,4 +1,6 @@
-//! An etcd process for tests, the demo and benchmarks: started on free loopback ports, killed on drop.
+//! An etcd process for tests, the demo and benchmarks: started on free loopback ports, killed on drop;
+//! plaintext, or ([`EtcdServer::start_tls`]) serving clients over TLS and demanding client
+//! certificates, as a production etcd does.
 
 use std::fs::File;
 use std::io::Read;
@@ -72,6 +74,19 @@ pub enum EtcdError {
     },
 }
 
+/// Client TLS of an [`EtcdServer`] (etcd's `--cert-file`, `--key-file`, `--trusted-ca-file` and
+/// `--client-cert-auth`): etcd serves `https://` and refuses a client without a certificate signed by
+/// `trusted_ca`. The serving certificate must name `127.0.0.1` (an IP SAN), the address clients dial.
+#[derive(Debug, Clone)]
+pub struct EtcdServerTls {
+    /// The serving certificate (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+    /// The CA client certificates must chain to (PEM).
+    pub trusted_ca: PathBuf,
+}
+
 /// A single-member etcd listening on loopback, with its data in a temporary directory.
 ///
 /// The process is killed and its data directory removed when the value is dropped, so a test that
@@ -81,6 +96,11 @@ pub struct EtcdServer {
     /// Kills etcd if this process dies without running Drop (SIGKILL, abort, a test timeout).
     watchdog: Option<Child>,
     binary: PathBuf,
+    /// Client TLS; `None` serves plaintext.
+    tls: Option<EtcdServerTls>,
+    /// Length of the log when the process was last spawned: readiness of a TLS server is read from
+    /// what etcd logged since.
+    log_offset: u64,
     client_url: String,
     peer_url: String,
     log_path: PathBuf,
@@ -104,10 +124,25 @@ impl EtcdServer {
     /// [`EtcdError::BinaryMissing`] when no etcd binary is installed; the other variants when the
     /// process cannot start or does not answer within 30 s (they name the log file).
     pub async fn start() -> Result<Self, EtcdError> {
+        Self::start_with(None).await
+    }
+
+    /// Starts etcd as [`EtcdServer::start`] does, serving clients over TLS with client certificate
+    /// authentication ([`EtcdServerTls`]); [`EtcdServer::endpoints`] are then `https://` URLs. etcd's
+    /// auth is off, as etcd starts: a test enables it through the auth API.
+    ///
+    /// # Errors
+    /// As [`EtcdServer::start`]; unreadable or mismatched certificate files make etcd exit
+    /// ([`EtcdError::Exited`], with its log).
+    pub async fn start_tls(tls: EtcdServerTls) -> Result<Self, EtcdError> {
+        Self::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<EtcdServerTls>) -> Result<Self, EtcdError> {
         let binary = find_binary()?;
         let mut last_log = PathBuf::new();
         for _ in 0..BIND_ATTEMPTS {
-            match Self::start_once(&binary).await {
+            match Self::start_once(&binary, tls.clone()).await {
                 Ok(server) => return Ok(server),
                 Err(Attempt::PortRace(log)) => {
                     tracing::debug!(log = %log.display(), "etcd lost a port race; retrying on new ports");
@@ -119,20 +154,23 @@ impl EtcdServer {
         Err(EtcdError::PortsTaken { log: last_log })
     }
 
-    async fn start_once(binary: &Path) -> Result<Self, Attempt> {
+    async fn start_once(binary: &Path, tls: Option<EtcdServerTls>) -> Result<Self, Attempt> {
         let dir = tempfile::Builder::new()
             .prefix("flotilla-etcd-")
             .tempdir()
             .map_err(|e| Attempt::Failed(EtcdError::TempDir(e)))?;
         let client_port = free_port().map_err(Attempt::Failed)?;
         let peer_port = free_port().map_err(Attempt::Failed)?;
-        let client_url = format!("http://127.0.0.1:{client_port}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let client_url = format!("{scheme}://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let log_path = dir.path().join("etcd.log");
         let mut server = EtcdServer {
             child: None,
             watchdog: None,
             binary: binary.to_path_buf(),
+            tls,
+            log_offset: 0,
             client_url,
             peer_url,
             log_path,
@@ -151,8 +189,17 @@ impl EtcdServer {
             .open(&self.log_path)
             .map_err(EtcdError::TempDir)?;
         let log_err = log.try_clone().map_err(EtcdError::TempDir)?;
+        self.log_offset = log.metadata().map_err(EtcdError::TempDir)?.len();
         let (client_url, peer_url) = (&self.client_url, &self.peer_url);
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if let Some(tls) = &self.tls {
+            command
+                .arg(format!("--cert-file={}", tls.cert.display()))
+                .arg(format!("--key-file={}", tls.key.display()))
+                .arg(format!("--trusted-ca-file={}", tls.trusted_ca.display()))
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .arg("--name=flotilla")
             .arg(format!(
                 "--data-dir={}",
@@ -231,6 +278,12 @@ impl EtcdServer {
     }
 
     async fn answers(&self) -> bool {
+        if self.tls.is_some() {
+            // A status request would need a client certificate (and, once a test enabled auth, a
+            // user); etcd's log says when its TLS listener serves.
+            return log_since(&self.log_path, self.log_offset)
+                .contains("serving client traffic securely");
+        }
         let options = etcd_client::ConnectOptions::new()
             .with_connect_timeout(Duration::from_millis(500))
             .with_timeout(Duration::from_secs(2));
@@ -240,7 +293,7 @@ impl EtcdServer {
         }
     }
 
-    /// The client URLs, e.g. `["http://127.0.0.1:40123"]`.
+    /// The client URLs, e.g. `["http://127.0.0.1:40123"]` (`https://` for [`EtcdServer::start_tls`]).
     pub fn endpoints(&self) -> Vec<String> {
         vec![self.client_url.clone()]
     }
@@ -330,6 +383,18 @@ fn free_port() -> Result<u16, EtcdError> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(EtcdError::NoFreePort)?;
     let port = listener.local_addr().map_err(EtcdError::NoFreePort)?.port();
     Ok(port)
+}
+
+/// What the log holds past byte `offset` (empty when it cannot be read).
+fn log_since(path: &Path, offset: u64) -> String {
+    let mut bytes = Vec::new();
+    if let Ok(mut file) = File::open(path) {
+        let _ = file.read_to_end(&mut bytes);
+    }
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(bytes.len());
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
 }
 
 /// The last ~2 KiB of the log, for error messages.

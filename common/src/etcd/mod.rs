@@ -1,25 +1,27 @@
 //! etcd primitives in the shape of etcd's `client/v3/concurrency`: a [`Session`] is a lease kept alive with
 //! a "lost" signal; an [`Election`] is campaign / resign / leader / observe on top of it.
+//!
+//! How to reach etcd (endpoints, TLS, user, key prefix) is [`EtcdFlags`] on the command line and
+//! [`EtcdClientConfig`] once read.
 
 mod election;
+mod options;
 mod session;
 mod session_metrics;
 
 pub use election::{Elected, Election, ElectionError, LeaderInfo, Leadership};
+pub use options::{
+    DEFAULT_ETCD_PREFIX, EtcdClientConfig, EtcdConnectError, EtcdFlags, EtcdOptionsError,
+};
 pub use session::{Session, SessionConfig, SessionError};
 pub use session_metrics::register_session_metrics;
 
-/// Connects to etcd at `endpoints`.
+/// Connects to a plaintext etcd without a user at `endpoints`, lazily: for tests and tools on a
+/// local etcd. The roles connect with [`EtcdClientConfig::connect`].
 ///
 /// # Errors
-/// Fails when no endpoint can be reached.
+/// Fails when an endpoint is malformed.
 pub async fn connect_etcd(endpoints: &[String]) -> Result<etcd_client::Client, etcd_client::Error> {
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(std::time::Duration::from_secs(3))
-        .with_timeout(std::time::Duration::from_secs(5))
-        .with_keep_alive(
-            std::time::Duration::from_secs(2),
-            std::time::Duration::from_secs(2),
-        );
-    etcd_client::Client::connect(endpoints, Some(options)).await
+    let config = EtcdClientConfig::plaintext(endpoints.to_vec());
+    etcd_client::Client::connect(endpoints, Some(config.connect_options())).await
 }
