@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use flotilla_common::EtcdClientConfig;
 use flotilla_common::tls::ServerTls;
 
 use crate::informer::NamespaceScope;
@@ -15,9 +16,9 @@ pub struct CoordinatorConfig {
     pub id: String,
     /// Kubernetes client configuration (`None`: in-cluster, then `KUBECONFIG`).
     pub kubeconfig: Option<PathBuf>,
-    /// etcd endpoints for leadership and shard ownership.
-    pub etcd_endpoints: Vec<String>,
-    /// Fleet name: the etcd prefix `/flotilla/<fleet>/`, so several fleets can share one etcd.
+    /// etcd for leadership and shard ownership: endpoints, TLS, user, and the key prefix.
+    pub etcd: EtcdClientConfig,
+    /// Fleet name: its keys live under `<etcd prefix>/<fleet>/`, so several fleets can share one etcd.
     pub fleet: String,
     /// Where the gRPC services listen.
     pub listen: SocketAddr,
@@ -67,12 +68,12 @@ pub struct CoordinatorConfig {
 }
 
 impl CoordinatorConfig {
-    /// A configuration with every default, for `fleet` on `etcd_endpoints`.
+    /// A configuration with every default, for `fleet` on a plaintext etcd at `etcd_endpoints`.
     pub fn new(fleet: &str, etcd_endpoints: Vec<String>) -> Self {
         Self {
             id: default_identity("coordinator"),
             kubeconfig: None,
-            etcd_endpoints,
+            etcd: EtcdClientConfig::plaintext(etcd_endpoints),
             fleet: fleet.to_owned(),
             listen: SocketAddr::from(([0, 0, 0, 0], 7450)),
             advertise: None,
@@ -123,9 +124,9 @@ impl CoordinatorConfig {
                 self.fleet
             )));
         }
-        if self.etcd_endpoints.is_empty() {
-            return Err(ConfigError("--etcd-endpoints is required".into()));
-        }
+        self.etcd
+            .validate()
+            .map_err(|err| ConfigError(err.to_string()))?;
         if self.max_controller_concurrency == 0 || self.max_controller_concurrency > 1_000_000 {
             return Err(ConfigError(format!(
                 "--max-controller-concurrency must be in 1..=1000000, not {}",

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use etcd_client::GetOptions;
 use flotilla_common::{
-    Election, FleetKeys, Health, LeaderInfo, OpsServer, Session, SessionConfig, connect_etcd,
-    kube_client,
+    Election, Health, LeaderInfo, OpsServer, Session, SessionConfig, kube_client,
 };
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
@@ -32,15 +31,10 @@ pub enum CoordinatorError {
     /// The configuration is unusable.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    /// etcd cannot be reached.
-    #[error("cannot connect to etcd at {endpoints}")]
-    Etcd {
-        /// The endpoints tried.
-        endpoints: String,
-        /// Why.
-        #[source]
-        source: etcd_client::Error,
-    },
+    /// etcd refused the client (certificate, password, role) or cannot be reached; the message
+    /// names the flag to look at.
+    #[error(transparent)]
+    Etcd(#[from] flotilla_common::EtcdConnectError),
     /// No Kubernetes client.
     #[error(transparent)]
     Kube(#[from] flotilla_common::KubeConfigError),
@@ -77,12 +71,7 @@ impl Coordinator {
     /// See [`CoordinatorError`].
     pub async fn start(mut config: CoordinatorConfig) -> Result<Self, CoordinatorError> {
         config.validate()?;
-        let etcd = connect_etcd(&config.etcd_endpoints)
-            .await
-            .map_err(|source| CoordinatorError::Etcd {
-                endpoints: config.etcd_endpoints.join(","),
-                source,
-            })?;
+        let etcd = config.etcd.connect().await?;
         let kube = kube_client(config.kubeconfig.as_deref()).await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -297,7 +286,7 @@ impl Process {
 
     /// Campaign, lead, step down, repeat — until `stop`.
     async fn lead(self, stop: CancellationToken) {
-        let keys = FleetKeys::new(&self.config.fleet);
+        let keys = self.config.etcd.fleet_keys(&self.config.fleet);
         let election = Election::new(self.etcd.clone(), keys.election());
         let info = LeaderInfo {
             id: self.config.id.clone(),
@@ -463,7 +452,7 @@ impl Process {
 
     /// `--hot-standby`: keep informers of every controller the fleet runs synced while following.
     async fn warm_informers(self, stop: CancellationToken) {
-        let keys = FleetKeys::new(&self.config.fleet);
+        let keys = self.config.etcd.fleet_keys(&self.config.fleet);
         let mut etcd = self.etcd.clone();
         let mut next_discovery = tokio::time::Instant::now();
         loop {

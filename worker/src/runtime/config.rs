@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use flotilla_common::SessionConfig;
 use flotilla_common::tls::ClientTransport;
+use flotilla_common::{EtcdClientConfig, SessionConfig};
 
 /// Errors of an invalid configuration.
 #[derive(Debug, thiserror::Error)]
@@ -19,10 +19,10 @@ pub enum ConfigError {
 pub struct WorkerConfig {
     /// This worker's identity in the fleet; unique among live workers.
     pub worker_id: String,
-    /// The fleet's name: the etcd prefix `/flotilla/<fleet>/`.
+    /// The fleet's name: its etcd keys live under `<etcd prefix>/<fleet>/`.
     pub fleet: String,
-    /// etcd endpoints (`http://host:port`).
-    pub etcd_endpoints: Vec<String>,
+    /// etcd: endpoints, TLS, user, and the key prefix.
+    pub etcd: EtcdClientConfig,
     /// How reconciles reach the Kubernetes API.
     pub kube: kube::Config,
     /// Requests per second to the Kubernetes API of each controller of this worker, shared by that
@@ -51,7 +51,7 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
-    /// A configuration with the documented defaults.
+    /// A configuration with the documented defaults, on a plaintext etcd at `etcd_endpoints`.
     pub fn new(
         worker_id: &str,
         fleet: &str,
@@ -61,7 +61,7 @@ impl WorkerConfig {
         Self {
             worker_id: worker_id.to_owned(),
             fleet: fleet.to_owned(),
-            etcd_endpoints,
+            etcd: EtcdClientConfig::plaintext(etcd_endpoints),
             kube,
             kube_api_qps: 20.0,
             kube_api_burst: 30,
@@ -90,8 +90,8 @@ impl WorkerConfig {
                 self.fleet
             ));
         }
-        if self.etcd_endpoints.is_empty() {
-            return invalid("no etcd endpoints".into());
+        if let Err(err) = self.etcd.validate() {
+            return invalid(err.to_string());
         }
         if !self.kube_api_qps.is_finite() || self.kube_api_qps < 0.0 {
             return invalid(format!(

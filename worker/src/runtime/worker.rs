@@ -6,7 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use flotilla_common::{FleetKeys, Health, OpsServer, OpsServerError, connect_etcd};
+use flotilla_common::{Health, OpsServer, OpsServerError};
 use flotilla_sdk::DynController;
 use flotilla_sdk::host::{CacheSlot, ControllerEnv, KubeClients};
 use parking_lot::Mutex;
@@ -30,9 +30,10 @@ pub enum WorkerError {
     /// The controller set is unusable.
     #[error("invalid controllers: {0}")]
     Controllers(String),
-    /// etcd cannot be reached.
-    #[error("cannot connect to etcd")]
-    Etcd(#[source] etcd_client::Error),
+    /// etcd refused the client (certificate, password, role) or cannot be reached; the message
+    /// names the flag to look at.
+    #[error(transparent)]
+    Etcd(#[from] flotilla_common::EtcdConnectError),
     /// The Kubernetes client stack cannot be built.
     #[error(transparent)]
     Kube(#[from] KubeStackError),
@@ -65,9 +66,7 @@ impl Worker {
     ) -> Result<Self, WorkerError> {
         config.validate()?;
         check_controllers(&controllers)?;
-        let etcd = connect_etcd(&config.etcd_endpoints)
-            .await
-            .map_err(WorkerError::Etcd)?;
+        let etcd = config.etcd.connect().await?;
         let kinds = KindTable::new(
             controllers
                 .iter()
@@ -126,7 +125,7 @@ impl Worker {
             tracing::info!(worker = %worker_id, metrics = %addr, "worker started");
         }
         let shared = Arc::new(Shared {
-            keys: FleetKeys::new(&config.fleet),
+            keys: config.etcd.fleet_keys(&config.fleet),
             worker_id: worker_id.clone(),
             controllers,
             metrics,

@@ -6,7 +6,6 @@ use super::etcd_work::{
     ETCD_DONE_CAPACITY, EtcdWorker, REGISTRY_CAPACITY, read_term_start, watch_registry,
 };
 use super::*;
-use flotilla_common::FleetKeys;
 
 /// Owner-graph discoveries report to the loop on a channel of this capacity. Back-pressure: a discovery
 /// task (one per term, reporting every 30 s) waits; the loop never waits on it.
@@ -42,7 +41,7 @@ async fn run(
         queue_metrics,
         access,
     } = ctx;
-    let keys = FleetKeys::new(&config.fleet);
+    let keys = config.etcd.fleet_keys(&config.fleet);
     let (discovered_tx, mut discovered) = mpsc::channel(DISCOVERY_CAPACITY);
     let (etcd_tx, mut etcd_done) = mpsc::channel(ETCD_DONE_CAPACITY);
     let etcd_work = EtcdWorker {
