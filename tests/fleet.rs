@@ -15,16 +15,21 @@ mod fleet {
     pub mod peer;
 
     mod bad_input;
+    mod etcd_security;
     mod exclusivity;
     mod failover;
     mod greeting;
     mod hostile_peers;
     mod mapping_rules;
+    mod metrics;
     mod migration;
+    mod mtls;
     mod read_your_writes;
     mod reasons;
     mod rebalance;
     mod shared_cluster;
+    mod status_watch;
     mod term_failures;
+    mod tracing;
     mod worker_loss;
 }

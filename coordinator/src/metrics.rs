@@ -178,6 +178,12 @@ impl FleetMetrics {
             "Terms this coordinator led that ended, by reason",
             m.terms_ended.clone(),
         );
+        // Every reason from the start, so a failover alert has a series to compare against.
+        for reason in ["shutdown", "lease_lost", "error", "panic", "ended"] {
+            let _ = m.terms_ended.get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            });
+        }
         registry.register(
             "flotilla_dispatch_backlog",
             "Keys routed but not yet sent",

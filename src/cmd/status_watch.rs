@@ -16,6 +16,9 @@ use comfy_table::{CellAlignment, ContentArrangement, Table};
 use crossterm::{cursor, execute, queue, terminal};
 use flotilla_proto as proto;
 
+/// Below this many columns the terminal's width is taken as unknown.
+const MIN_WIDTH: u16 = 20;
+
 /// Reconciles per second per controller, from two readings of the leader's done counters.
 #[derive(Debug, Default)]
 pub struct Rates {
@@ -53,13 +56,13 @@ impl Rates {
     }
 }
 
-/// The view of one reading: a header line, the workers' table and the queues' table; `width` bounds the
-/// tables (the terminal's width).
+/// The view of one reading: a header line, the workers' table and the queues' table; `width` (the
+/// terminal's width, when known) bounds the tables.
 pub fn render(
     fleet: &str,
     status: Result<&proto::StatusResponse, &str>,
     rates: &Rates,
-    width: u16,
+    width: Option<u16>,
 ) -> String {
     let status = match status {
         Ok(status) => status,
@@ -74,7 +77,10 @@ pub fn render(
         status.workers.len(),
         status.shard_count,
     );
-    let mut workers = table(width, &["WORKER", "CONNECTED", "IN FLIGHT", "CAPACITY", "SHARDS"]);
+    let mut workers = table(
+        width,
+        &["WORKER", "CONNECTED", "IN FLIGHT", "CAPACITY", "SHARDS"],
+    );
     for w in &status.workers {
         workers.add_row(vec![
             w.id.clone(),
@@ -105,13 +111,16 @@ pub fn render(
     out
 }
 
-fn table(width: u16, header: &[&str]) -> Table {
+fn table(width: Option<u16>, header: &[&str]) -> Table {
     let mut table = Table::new();
     table
         .load_style(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_width(width)
         .set_header(header.to_vec());
+    if let Some(width) = width {
+        table
+            .set_content_arrangement(ContentArrangement::Dynamic)
+            .set_width(width);
+    }
     for column in table.column_iter_mut().skip(1) {
         column.set_cell_alignment(CellAlignment::Right);
     }
@@ -180,7 +189,11 @@ where
         if let Ok(status) = &fetched {
             rates.observe(Instant::now(), status);
         }
-        let width = terminal::size().map_or(100, |(w, _)| w);
+        // A pty nobody sized (0 columns) has no width to fit: the tables take what they need.
+        let width = terminal::size()
+            .ok()
+            .map(|(w, _)| w)
+            .filter(|w| *w >= MIN_WIDTH);
         let view = render(
             fleet,
             fetched.as_ref().map_err(|_| error.as_deref().unwrap_or("")),
@@ -194,8 +207,8 @@ where
                 cursor::MoveTo(0, 0),
                 terminal::Clear(terminal::ClearType::All)
             )?;
-            // Raw lines need a carriage return on some terminals once the cursor was moved.
-            write!(out, "{}", view.replace('\n', "\r\n"))?;
+            // Not raw mode: the terminal turns each newline into a carriage return and a newline.
+            write!(out, "{view}")?;
         } else {
             writeln!(out, "{view}")?;
         }
@@ -235,9 +248,14 @@ mod tests {
 
     #[test]
     fn the_view_shows_the_leader_term_workers_and_queues() {
-        let view = render("demo", Ok(&status("c0", 0)), &Rates::default(), 100);
+        let view = render("demo", Ok(&status("c0", 0)), &Rates::default(), Some(100));
         for part in [
-            "leader c0", "term 42", "worker-0", "greeting", "IN FLIGHT", "QUEUE DEPTH",
+            "leader c0",
+            "term 42",
+            "worker-0",
+            "greeting",
+            "IN FLIGHT",
+            "QUEUE DEPTH",
         ] {
             assert!(view.contains(part), "{part} missing from\n{view}");
         }
@@ -252,6 +270,10 @@ mod tests {
         rates.observe(t0 + Duration::from_secs(2), &status("c0", 150));
         assert_eq!(rates.of("greeting"), Some(25.0));
         rates.observe(t0 + Duration::from_secs(3), &status("c1", 10));
-        assert_eq!(rates.of("greeting"), None, "a new leader's counters start again");
+        assert_eq!(
+            rates.of("greeting"),
+            None,
+            "a new leader's counters start again"
+        );
     }
 }
