@@ -15,7 +15,6 @@ mod fleet {
     pub mod peer;
 
     mod bad_input;
-    mod etcd_security;
     mod exclusivity;
     mod failover;
     mod greeting;
@@ -23,13 +22,11 @@ mod fleet {
     mod mapping_rules;
     mod metrics;
     mod migration;
-    mod mtls;
     mod read_your_writes;
     mod reasons;
     mod rebalance;
     mod shared_cluster;
     mod status_watch;
     mod term_failures;
-    mod tracing;
     mod worker_loss;
 }
