@@ -49,9 +49,12 @@ pub(crate) fn replicationcontroller() -> Rules {
 /// Deployments: ReplicaSets are created, read when their name is taken, updated (annotations and
 /// `minReadySeconds`), scaled, adopted and released (merge patches), and deleted by the history
 /// cleanup; the Deployment is read live before an adoption, its status replaced through
-/// `deployments/status` (a merge patch of the revision annotation when a server drops metadata
-/// there), and `deployments/finalizers` `update` lets its ReplicaSets carry `blockOwnerDeletion`
-/// (see [`replicas`]).
+/// `deployments/status` (the revision annotation with it: kube-apiserver's status strategy resets
+/// only spec and labels there), and `deployments/finalizers` `update` lets its ReplicaSets carry
+/// `blockOwnerDeletion` (see [`replicas`]). No `patch` of the Deployment: the controller's fallback
+/// that merge-patches the revision annotation runs only against a server that drops annotations on
+/// the status subresource, which kube-apiserver never does (the least-privilege test found the grant
+/// unused).
 pub(crate) fn deployment() -> Rules {
     let mut rules = Rules::new()
         .grant(
@@ -59,7 +62,7 @@ pub(crate) fn deployment() -> Rules {
             &["replicasets"],
             &["create", "delete", "get", "patch", "update"],
         )
-        .grant("apps", &["deployments"], &["get", "patch"])
+        .grant("apps", &["deployments"], &["get"])
         .grant("apps", &["deployments/status"], &["update"])
         .grant("apps", &["deployments/finalizers"], &["update"]);
     rules.extend(&events());
@@ -143,7 +146,7 @@ mod tests {
             );
         }
         assert!(rules.allows("apps", "deployments", "get"));
-        assert!(rules.allows("apps", "deployments", "patch"));
+        assert!(!rules.allows("apps", "deployments", "patch"));
         assert!(!rules.allows("apps", "deployments", "update"));
         assert!(rules.allows("apps", "deployments/status", "update"));
         assert!(rules.allows("apps", "deployments/finalizers", "update"));

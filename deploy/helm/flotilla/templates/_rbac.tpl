@@ -30,7 +30,7 @@ replicaset:
 deployment:
   worker:
     - {group: apps, resources: [replicasets], verbs: [create, delete, get, patch, update]}
-    - {group: apps, resources: [deployments], verbs: [get, patch]}
+    - {group: apps, resources: [deployments], verbs: [get]}
     - {group: apps, resources: [deployments/status, deployments/finalizers], verbs: [update]}
     - {group: events.k8s.io, resources: [events], verbs: [create, patch]}
   coordinator:
