@@ -15,6 +15,7 @@ mod fleet {
     pub mod peer;
 
     mod bad_input;
+    mod etcd_security;
     mod exclusivity;
     mod failover;
     mod greeting;

@@ -5,10 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flotilla_common::{LogFormat, init_logging, kube_config, shutdown_signal};
-use flotilla_coordinator::{
-    Coordinator, CoordinatorConfig, NamespaceScope, ScopeError, default_identity,
-};
+use flotilla_common::{EtcdFlags, LogFormat, init_logging, kube_config, shutdown_signal};
+use flotilla_coordinator::{Coordinator, CoordinatorConfig, NamespaceScope, default_identity};
 
 use flotilla_common::parse_duration;
 
@@ -18,10 +16,10 @@ pub struct Args {
     /// Kubeconfig of the cluster (default: in-cluster config, then $KUBECONFIG).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// etcd endpoints for leadership and shard ownership, comma-separated.
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub etcd_endpoints: Vec<String>,
-    /// Fleet name: the etcd prefix /flotilla/<fleet>/.
+    /// etcd for leadership and shard ownership (--etcd-endpoints, TLS, user, --etcd-prefix).
+    #[command(flatten)]
+    pub etcd: EtcdFlags,
+    /// Fleet name: its etcd keys live under <--etcd-prefix>/<fleet>/.
     #[arg(long, default_value = "default")]
     pub fleet: String,
     /// Identity in the election (default: hostname plus a random suffix).
@@ -90,9 +88,11 @@ impl Args {
     /// The coordinator configuration these flags describe.
     ///
     /// # Errors
-    /// When `--namespaces` or `--namespace-selector` is malformed, or both are given.
-    pub fn config(&self) -> Result<CoordinatorConfig, ScopeError> {
-        let mut config = CoordinatorConfig::new(&self.fleet, self.etcd_endpoints.clone());
+    /// When `--namespaces` or `--namespace-selector` is malformed, or both are given; when an
+    /// `--etcd-*` flag is incomplete or names an unreadable file.
+    pub fn config(&self) -> anyhow::Result<CoordinatorConfig> {
+        let mut config = CoordinatorConfig::new(&self.fleet, Vec::new());
+        config.etcd = self.etcd.client_config()?;
         config.id = self
             .id
             .clone()
@@ -195,6 +195,33 @@ mod tests {
             .check()
             .await;
         assert!(err.is_err(), "an unreadable kubeconfig");
+    }
+
+    #[tokio::test]
+    async fn check_config_refuses_incomplete_etcd_flags_naming_them() {
+        let err = parse(&["--etcd-username", "flotilla"])
+            .unwrap()
+            .args
+            .check()
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("--etcd-password-file"), "{err}");
+        let err = parse(&["--etcd-cafile", "/nonexistent/ca.crt"])
+            .unwrap()
+            .args
+            .check()
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("--etcd-cafile"), "{err}");
+        let config = parse(&["--etcd-prefix", "/tenants/a"])
+            .unwrap()
+            .args
+            .config()
+            .unwrap();
+        assert_eq!(
+            config.etcd.fleet_keys("default").root(),
+            "/tenants/a/default/"
+        );
     }
 
     #[test]

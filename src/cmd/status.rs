@@ -3,16 +3,16 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use flotilla_common::{Election, FleetKeys, connect_etcd};
+use flotilla_common::{Election, EtcdClientConfig, EtcdFlags};
 use flotilla_proto as proto;
 use serde_json::json;
 
 /// Flags of `flotilla status`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// etcd endpoints, comma-separated.
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub etcd_endpoints: Vec<String>,
+    /// The fleet's etcd (--etcd-endpoints, TLS, user, --etcd-prefix), as its coordinators use it.
+    #[command(flatten)]
+    pub etcd: EtcdFlags,
     /// Fleet name.
     #[arg(long, default_value = "default")]
     pub fleet: String,
@@ -38,11 +38,12 @@ pub enum Output {
 
 /// Prints the status of the fleet.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    let etcd = args.etcd.client_config()?;
     if args.watch {
-        let fetch = || fetch(&args.etcd_endpoints, &args.fleet);
+        let fetch = || fetch_with(&etcd, &args.fleet);
         return super::status_watch::run(&args.fleet, args.interval, fetch).await;
     }
-    let status = fetch(&args.etcd_endpoints, &args.fleet).await?;
+    let status = fetch_with(&etcd, &args.fleet).await?;
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&to_json(&status))?),
         Output::Text => print_text(&status),
@@ -50,7 +51,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Finds the leader in etcd and asks it for its status.
+/// Finds the leader in a plaintext etcd at `etcd_endpoints` (keys under `/flotilla`) and asks it for
+/// its status: [`fetch_with`] for the local fleets of `up` and `bench`.
 ///
 /// # Errors
 /// When etcd cannot be reached, there is no leader, or the leader does not answer.
@@ -58,10 +60,21 @@ pub async fn fetch(
     etcd_endpoints: &[String],
     fleet: &str,
 ) -> anyhow::Result<proto::StatusResponse> {
-    let etcd = connect_etcd(etcd_endpoints)
-        .await
-        .context("cannot connect to etcd")?;
-    let election = Election::new(etcd, FleetKeys::new(fleet).election());
+    fetch_with(&EtcdClientConfig::plaintext(etcd_endpoints.to_vec()), fleet).await
+}
+
+/// Finds the leader in etcd and asks it for its status.
+///
+/// # Errors
+/// When etcd cannot be reached or refuses the client, there is no leader, or the leader does not
+/// answer.
+pub async fn fetch_with(
+    etcd: &EtcdClientConfig,
+    fleet: &str,
+) -> anyhow::Result<proto::StatusResponse> {
+    let keys = etcd.fleet_keys(fleet);
+    let etcd = etcd.connect().await?;
+    let election = Election::new(etcd, keys.election());
     let leader = election
         .leader()
         .await?

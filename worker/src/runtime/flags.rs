@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flotilla_common::{LogFormat, SessionConfig, kube_config};
+use flotilla_common::{EtcdFlags, LogFormat, SessionConfig, kube_config};
 use rand::Rng;
 
 use flotilla_sdk::DynController;
@@ -20,10 +20,10 @@ pub struct WorkerFlags {
     /// Kubeconfig file; without it: in-cluster configuration, then $KUBECONFIG / ~/.kube/config.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// etcd endpoints, comma-separated (http://host:port).
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub etcd_endpoints: Vec<String>,
-    /// The fleet to join (etcd prefix /flotilla/<fleet>/).
+    /// etcd for the worker's lease and registration (--etcd-endpoints, TLS, user, --etcd-prefix).
+    #[command(flatten)]
+    pub etcd: EtcdFlags,
+    /// The fleet to join (its etcd keys live under <--etcd-prefix>/<fleet>/).
     #[arg(long, default_value = "default")]
     pub fleet: String,
     /// Where /metrics, /healthz and /readyz are served.
@@ -68,7 +68,7 @@ impl WorkerFlags {
     /// When no Kubernetes configuration can be loaded.
     pub async fn to_config(&self) -> anyhow::Result<WorkerConfig> {
         let kube = kube_config(self.kubeconfig.as_deref()).await?;
-        Ok(self.config_with(kube))
+        self.config_with(kube)
     }
 
     /// What `--check-config` checks, and start-up before it connects anywhere: the configuration the
@@ -83,15 +83,17 @@ impl WorkerFlags {
             Some(path) => kube_config(Some(path)).await?,
             None => kube::Config::new(http::Uri::from_static("https://kubernetes.default.svc")),
         };
-        self.config_with(kube).validate()?;
+        self.config_with(kube)?.validate()?;
         check_controllers(controllers)?;
         Ok(())
     }
 
-    fn config_with(&self, kube: kube::Config) -> WorkerConfig {
+    /// # Errors
+    /// When an `--etcd-*` flag is incomplete or names an unreadable file.
+    fn config_with(&self, kube: kube::Config) -> anyhow::Result<WorkerConfig> {
         let worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);
-        let mut config =
-            WorkerConfig::new(&worker_id, &self.fleet, self.etcd_endpoints.clone(), kube);
+        let mut config = WorkerConfig::new(&worker_id, &self.fleet, Vec::new(), kube);
+        config.etcd = self.etcd.client_config()?;
         config.kube_api_qps = self.kube_api_qps;
         config.kube_api_burst = self.kube_api_burst;
         config.session = SessionConfig {
@@ -103,7 +105,7 @@ impl WorkerFlags {
         };
         config.shutdown_grace_period = self.shutdown_grace_period;
         config.metrics_listen = Some(self.metrics_listen);
-        config
+        Ok(config)
     }
 }
 
@@ -179,7 +181,8 @@ mod tests {
     fn defaults_match_kube_controller_manager_and_the_design() {
         let cli =
             Cli::try_parse_from(["w", "--etcd-endpoints", "http://a:2379,http://b:2379"]).unwrap();
-        assert_eq!(cli.flags.etcd_endpoints, ["http://a:2379", "http://b:2379"]);
+        assert_eq!(cli.flags.etcd.endpoints, ["http://a:2379", "http://b:2379"]);
+        assert_eq!(cli.flags.etcd.prefix, "/flotilla");
         assert_eq!(cli.flags.kube_api_qps, 20.0);
         assert_eq!(cli.flags.kube_api_burst, 30);
         assert_eq!(cli.flags.lease_ttl, Duration::from_secs(5));
@@ -218,6 +221,14 @@ mod tests {
             &[controller("a")],
         );
         assert!(err.is_err(), "a renew interval as long as the TTL");
+        let err = check(
+            &["--etcd-keyfile", "/nonexistent/etcd.key"],
+            &[controller("a")],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("--etcd-certfile"), "{err}");
+        let err = check(&["--etcd-prefix", "flotilla"], &[controller("a")]).unwrap_err();
+        assert!(err.to_string().contains("--etcd-prefix"), "{err}");
         let err = check(&[], &[]).unwrap_err();
         assert!(err.to_string().contains("no controllers"), "{err}");
         let err = check(&[], &[controller("a"), controller("a")]).unwrap_err();
