@@ -29,5 +29,6 @@ mod fleet {
     mod shared_cluster;
     mod status_watch;
     mod term_failures;
+    mod tracing;
     mod worker_loss;
 }

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flotilla_common::{EtcdFlags, LogFormat, init_logging, kube_config, shutdown_signal};
+use flotilla_common::{EtcdFlags, LogFormat, kube_config, shutdown_signal};
 use flotilla_coordinator::{Coordinator, CoordinatorConfig, NamespaceScope, default_identity};
 
 use flotilla_common::parse_duration;
@@ -78,6 +78,9 @@ pub struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// OpenTelemetry trace export (--otlp-endpoint, --otlp-protocol, --trace-sample-ratio).
+    #[command(flatten)]
+    pub tracing: flotilla_common::TraceFlags,
     /// Check the flags as start-up does, print `configuration ok` and exit, touching neither etcd nor
     /// the Kubernetes API (a --kubeconfig file is read); exit non-zero with the error otherwise.
     #[arg(long)]
@@ -125,6 +128,7 @@ impl Args {
     /// The first invalid flag, or an unreadable kubeconfig.
     pub async fn check(&self) -> anyhow::Result<()> {
         self.config()?.validate()?;
+        self.tracing.validate()?;
         if let Some(path) = &self.kubeconfig {
             kube_config(Some(path)).await?;
         }
@@ -140,14 +144,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         println!("configuration ok");
         return Ok(());
     }
-    init_logging(args.log_format);
-    let coordinator = Coordinator::start(args.config()?).await?;
+    let config = args.config()?;
+    let identity = flotilla_common::ServiceIdentity::new("flotilla-coordinator", &config.id);
+    let telemetry = flotilla_common::init_telemetry(args.log_format, &args.tracing, &identity)?;
+    let coordinator = Coordinator::start(config).await?;
     let failed = tokio::select! {
         () = shutdown_signal() => None,
         reason = coordinator.failed() => Some(reason),
     };
     tracing::info!("shutting down");
     coordinator.shutdown().await;
+    // The spans of the last reconciles dispatched go out before the process exits.
+    telemetry.shutdown().await;
     match failed {
         // Exit non-zero: a coordinator whose leadership loop died must be restarted, not left running.
         Some(reason) => anyhow::bail!("{reason}"),

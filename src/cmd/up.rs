@@ -51,6 +51,10 @@ pub struct Args {
     /// Give up when the samples are not reconciled within this long.
     #[arg(long, default_value = "120s", value_parser = flotilla_common::parse_duration)]
     pub timeout: Duration,
+    /// Trace export the demo's coordinators and workers get (`--otlp-endpoint http://localhost:4317`
+    /// with a Jaeger all-in-one running).
+    #[command(flatten)]
+    pub tracing: flotilla_common::TraceFlags,
 }
 
 /// Runs the demo.
@@ -94,7 +98,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let fleet = "demo";
     let builtins = "builtins";
-    let shared = |fleet: &str| fleet_flags(fleet, &endpoints, &kubeconfig);
+    // Every coordinator and worker exports its traces where `--otlp-endpoint` says.
+    let shared = |fleet: &str| {
+        let mut flags = fleet_flags(fleet, &endpoints, &kubeconfig);
+        flags.extend(args.tracing.to_args());
+        flags
+    };
     let coordinator = |id: &str, fleet: &str| -> Vec<String> {
         let mut args: Vec<String> = ["coordinator", "--id", id, "--listen", "127.0.0.1:0"]
             .map(String::from)

@@ -2,7 +2,7 @@
 //! SIGTERM.
 
 use clap::{Args, FromArgMatches};
-use flotilla_common::{init_logging, shutdown_signal};
+use flotilla_common::{ServiceIdentity, init_telemetry, shutdown_signal};
 use flotilla_sdk::DynController;
 
 use super::flags::{WorkerFlags, concurrency_arg, concurrency_value};
@@ -26,14 +26,18 @@ pub async fn run_custom(controllers: Vec<DynController>) -> anyhow::Result<()> {
     }
     let matches = command.get_matches();
     let flags = WorkerFlags::from_arg_matches(&matches)?;
-    let controllers = controllers
+    let controllers: Vec<DynController> = controllers
         .into_iter()
         .map(|c| match concurrency_value(&matches, c.name()) {
             Some(n) => c.with_concurrency(n),
             None => c,
         })
         .collect();
-    run_with_flags(&flags, controllers).await
+    // A custom controller binary is named after its controllers in traces.
+    let mut names: Vec<&str> = controllers.iter().map(DynController::name).collect();
+    names.sort_unstable();
+    let service = names.join(",");
+    run_as(&flags, controllers, &service).await
 }
 
 /// Runs `controllers` with already parsed `flags` until SIGINT or SIGTERM (for binaries with flags of
@@ -46,13 +50,27 @@ pub async fn run_with_flags(
     flags: &WorkerFlags,
     controllers: Vec<DynController>,
 ) -> anyhow::Result<()> {
+    run_as(flags, controllers, "flotilla-worker").await
+}
+
+/// [`run_with_flags`] with `service` as the `service.name` of its traces.
+async fn run_as(
+    flags: &WorkerFlags,
+    controllers: Vec<DynController>,
+    service: &str,
+) -> anyhow::Result<()> {
     if flags.check_config {
         flags.check(&controllers).await?;
+        flags.tracing.validate()?;
         println!("configuration ok");
         return Ok(());
     }
-    init_logging(flags.log_format);
     let config = flags.to_config().await?;
-    run(config, controllers, shutdown_signal()).await?;
+    let identity = ServiceIdentity::new(service, &config.worker_id);
+    let telemetry = init_telemetry(flags.log_format, &flags.tracing, &identity)?;
+    let result = run(config, controllers, shutdown_signal()).await;
+    // The spans of the last reconciles go out before the process exits.
+    telemetry.shutdown().await;
+    result?;
     Ok(())
 }

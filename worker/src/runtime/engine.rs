@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_common::{Election, FleetKeys, Health, Leadership, Session};
+use flotilla_common::{Election, FleetKeys, Health, Leadership, Session, tracing_enabled};
 use flotilla_proto as proto;
 use flotilla_sdk::host::{CacheSlot, ControllerEnv, WorkItem, Write, WriteJournal};
 use flotilla_sdk::{Context, DynController};
@@ -595,7 +595,16 @@ impl<'a> SessionRun<'a> {
         let Some(slot) = self.shared.controllers.get(&item.controller) else {
             return;
         };
+        // Exported, a reconcile is its own trace's root or the child of the leader's dispatch span —
+        // never of this session's span, which would make every reconcile one endless trace; in logs it
+        // stays under the session span.
+        let parent = if tracing_enabled() {
+            None
+        } else {
+            tracing::Span::current().id()
+        };
         let span = info_span!(
+            parent: parent,
             "reconcile",
             controller = %item.controller,
             key = %item.key,
@@ -604,8 +613,16 @@ impl<'a> SessionRun<'a> {
             worker = %self.shared.worker_id,
             attempt = item.attempt,
             reason = %item.reason,
-            traceparent = %item.traceparent,
+            outcome = tracing::field::Empty,
         );
+        if let Some(trace) = &item.trace {
+            if let Some(dispatch) = &trace.parent {
+                dispatch.set_parent_of(&span);
+            }
+            for merged in &trace.links {
+                merged.link_from(&span);
+            }
+        }
         let cancel = self.reconciles.child_token();
         let journal = WriteJournal::default();
         let ctx = Context::new(
@@ -637,6 +654,10 @@ impl<'a> SessionRun<'a> {
                 metrics.finished(
                     outcome.as_ref().map(DoneOutcome::label),
                     started.elapsed().as_secs_f64(),
+                );
+                tracing::Span::current().record(
+                    "outcome",
+                    outcome.as_ref().map_or("cancelled", DoneOutcome::label),
                 );
                 let Some(outcome) = outcome else {
                     debug!("reconcile cancelled");

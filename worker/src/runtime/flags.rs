@@ -55,6 +55,9 @@ pub struct WorkerFlags {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// OpenTelemetry trace export (--otlp-endpoint, --otlp-protocol, --trace-sample-ratio).
+    #[command(flatten)]
+    pub tracing: flotilla_common::TraceFlags,
     /// Check the flags as start-up does, print `configuration ok` and exit, touching neither etcd nor
     /// the Kubernetes API (a --kubeconfig file is read); exit non-zero with the error otherwise.
     #[arg(long)]

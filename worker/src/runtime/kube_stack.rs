@@ -18,6 +18,7 @@ use kube::client::ConfigExt;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder};
 
+use super::api_trace::ApiTraceLayer;
 use super::rate_limit::{RateLimitLayer, TokenBucket};
 use super::recording::{KindTable, RecordingLayer};
 use super::request_count::{RequestCountLayer, RequestCounter};
@@ -114,6 +115,8 @@ impl KubeClients for KubeStack {
     /// A client for one reconcile whose successful writes land in `journal`.
     fn recording_client(&self, journal: &WriteJournal) -> kube::Client {
         let service = ServiceBuilder::new()
+            // Outermost, so each call's span covers the wait for a token too.
+            .layer(ApiTraceLayer)
             .layer(RecordingLayer::new(journal.clone(), self.kinds.clone()))
             .service(self.base.clone());
         kube::Client::new(service, self.default_namespace.clone())
@@ -121,6 +124,9 @@ impl KubeClients for KubeStack {
 
     /// A client that records nothing, for Events (which no key waits on), behind the events' limiter.
     fn plain_client(&self) -> kube::Client {
-        kube::Client::new(self.events.clone(), self.default_namespace.clone())
+        let service = ServiceBuilder::new()
+            .layer(ApiTraceLayer)
+            .service(self.events.clone());
+        kube::Client::new(service, self.default_namespace.clone())
     }
 }

@@ -8,8 +8,12 @@
 use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
-use flotilla_common::{Reason, ResourceKind};
+use flotilla_common::{Reason, ResourceKind, TraceContext};
 use flotilla_proto as proto;
+
+/// The most links a reconcile span takes from one `Assign` (the leader sends at most 32; a peer that
+/// sends more is cut here).
+const MAX_LINKS: usize = 32;
 
 /// One assigned item, mapped from the protocol's `Assign`.
 #[derive(Debug, Clone)]
@@ -22,8 +26,38 @@ pub(crate) struct Assigned {
     pub(crate) attempt: u32,
     pub(crate) object: Bytes,
     pub(crate) prefetched: Vec<(ResourceKind, Bytes)>,
-    pub(crate) traceparent: String,
+    /// The trace the item belongs to; `None` (nothing allocated) when its events were not sampled or
+    /// tracing is off.
+    pub(crate) trace: Option<Box<ItemTrace>>,
     pub(crate) reason: Reason,
+}
+
+/// Where an item's reconcile joins its trace, read from `Assign` (peer data: malformed contexts are
+/// dropped, never trusted).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ItemTrace {
+    /// The leader's dispatch span: the reconcile span's parent.
+    pub(crate) parent: Option<TraceContext>,
+    /// Every sampled event merged into this run: the reconcile span links to each.
+    pub(crate) links: Vec<TraceContext>,
+}
+
+impl ItemTrace {
+    /// The trace of an `Assign`'s `traceparent` and `trace_links`; `None` when neither holds one.
+    fn of(traceparent: &str, links: &[String]) -> Option<Box<Self>> {
+        if traceparent.is_empty() && links.is_empty() {
+            return None;
+        }
+        let trace = Self {
+            parent: TraceContext::parse(traceparent),
+            links: links
+                .iter()
+                .take(MAX_LINKS)
+                .filter_map(|t| TraceContext::parse(t))
+                .collect(),
+        };
+        (trace.parent.is_some() || !trace.links.is_empty()).then(|| Box::new(trace))
+    }
 }
 
 impl From<proto::Assign> for Assigned {
@@ -48,7 +82,7 @@ impl From<proto::Assign> for Assigned {
                     (kind, p.object)
                 })
                 .collect(),
-            traceparent: a.traceparent,
+            trace: ItemTrace::of(&a.traceparent, &a.trace_links),
             reason: a.reason.map(Reason::from).unwrap_or_default(),
         }
     }
@@ -290,9 +324,32 @@ mod tests {
             attempt: 0,
             object: Bytes::new(),
             prefetched: Vec::new(),
-            traceparent: String::new(),
+            trace: None,
             reason: Reason::Unknown,
         }
+    }
+
+    #[test]
+    fn an_assign_carries_its_trace_and_a_malformed_one_is_dropped() {
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let merged = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let traced = Assigned::from(proto::Assign {
+            traceparent: parent.into(),
+            trace_links: vec![parent.into(), "garbage".into(), merged.into()],
+            ..Default::default()
+        });
+        let trace = traced.trace.expect("traced");
+        assert_eq!(
+            trace.parent.map(|p| p.traceparent()).as_deref(),
+            Some(parent)
+        );
+        assert_eq!(trace.links.len(), 2, "the malformed link is dropped");
+        assert!(Assigned::from(proto::Assign::default()).trace.is_none());
+        let garbage = Assigned::from(proto::Assign {
+            traceparent: "00-zz-zz-01".into(),
+            ..Default::default()
+        });
+        assert!(garbage.trace.is_none());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! metrics and shutdown. It implements what the SDK's `host` module declares: the recording,
 //! rate-limited Kubernetes clients and the gRPC cache backend.
 
+mod api_trace;
 mod api_verb;
 mod cache_client;
 mod config;

@@ -433,7 +433,15 @@ impl Dispatcher {
             Command::Enqueue { controller, keys } => {
                 if let Some(state) = self.controllers.get_mut(&controller) {
                     for key in keys {
-                        state.queue.add_because(key, || Reason::Requested);
+                        match trace_spans::EventSpan::requested(&controller, &key) {
+                            None => state.queue.add_because(key, || Reason::Requested),
+                            Some(request) => {
+                                let (span, trace) = request.enqueue(&controller, &key);
+                                let added =
+                                    state.queue.add_traced(key, || Reason::Requested, trace);
+                                span.record("coalesced", !added);
+                            }
+                        }
                     }
                 }
             }

@@ -13,7 +13,7 @@ use tracing::{Span, field, info_span};
 use crate::informer::CachedObject;
 use crate::queue::TraceLinks;
 
-/// A sampled watch event's root span, kept open while the event's keys are queued.
+/// The root span of a sampled cause (a watch event, a request), kept open while its keys are queued.
 pub(super) struct EventSpan {
     span: Span,
 }
@@ -33,6 +33,17 @@ impl EventSpan {
             event,
             resource_version = object.resource_version,
         );
+        TraceContext::of_span(&span)?;
+        Some(Self { span })
+    }
+
+    /// The root span of a key enqueued on request (the admin API, a benchmark): that request is the
+    /// key's cause, so its trace starts there, sampled as a watch event's is.
+    pub(super) fn requested(controller: &str, key: &str) -> Option<Self> {
+        if !tracing_enabled() {
+            return None;
+        }
+        let span = info_span!(parent: None, "requested", controller, key);
         TraceContext::of_span(&span)?;
         Some(Self { span })
     }

@@ -1,0 +1,486 @@
+//! Traces across processes: an OTLP receiver inside the test (the collector's TraceService, served with
+//! tonic) receives what a coordinator and a worker process export, and the test follows one object
+//! change from the leader's watch event to the worker's API call, checks that coalesced events become
+//! links of one reconcile, and that a sample ratio of 0 exports nothing.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use super::common::{JOURNAL_LABEL, create_configmaps, touch};
+use super::journal::read;
+use crate::support::cluster::TestCluster;
+use crate::support::fleet::{Fleet, Proc};
+use crate::support::namespace::unique_namespace;
+use crate::support::wait::wait_for;
+
+/// One span as received, with the `service.name` of the process that sent it.
+#[derive(Debug, Clone)]
+struct Received {
+    service: String,
+    span: Span,
+}
+
+impl Received {
+    fn attr(&self, key: &str) -> Option<String> {
+        attr(&self.span.attributes, key)
+    }
+
+    fn trace_id(&self) -> String {
+        hex(&self.span.trace_id)
+    }
+}
+
+fn attr(attributes: &[KeyValue], key: &str) -> Option<String> {
+    let value = attributes.iter().find(|kv| kv.key == key)?.value.as_ref()?;
+    Some(match value.value.as_ref()? {
+        Value::StringValue(s) => s.clone(),
+        Value::IntValue(i) => i.to_string(),
+        Value::BoolValue(b) => b.to_string(),
+        Value::DoubleValue(d) => d.to_string(),
+        other => format!("{other:?}"),
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The collector's TraceService, keeping every span it is sent.
+#[derive(Clone, Default)]
+struct Sink {
+    spans: Arc<Mutex<Vec<Received>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Sink {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let mut spans = self.spans.lock();
+        for resource_spans in request.into_inner().resource_spans {
+            let service = resource_spans
+                .resource
+                .as_ref()
+                .and_then(|r| attr(&r.attributes, "service.name"))
+                .unwrap_or_default();
+            for scope in resource_spans.scope_spans {
+                for span in scope.spans {
+                    spans.push(Received {
+                        service: service.clone(),
+                        span,
+                    });
+                }
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// An OTLP/gRPC receiver on a loopback port, served until the test ends.
+struct Receiver {
+    endpoint: String,
+    sink: Sink,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .expect("bind the OTLP receiver");
+        let addr = listener.local_addr().expect("its address");
+        let sink = Sink::default();
+        let server = tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(sink.clone()))
+            .serve_with_incoming(TcpListenerStream::new(listener));
+        let server = tokio::spawn(async move {
+            let _ = server.await;
+        });
+        Self {
+            endpoint: format!("http://{addr}"),
+            sink,
+            _server: server,
+        }
+    }
+
+    fn spans(&self) -> Vec<Received> {
+        self.sink.spans.lock().clone()
+    }
+
+    /// The flags that make a process export here, keeping the given share of new traces.
+    fn flags(&self, ratio: &str) -> Vec<String> {
+        vec![
+            "--otlp-endpoint".into(),
+            self.endpoint.clone(),
+            "--trace-sample-ratio".into(),
+            ratio.into(),
+        ]
+    }
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// A coordinator and a fleet-probe worker running `controllers`, both exporting to `receiver`.
+async fn traced_fleet(
+    cluster: &TestCluster,
+    receiver: &Receiver,
+    ratio: &str,
+    worker: impl FnOnce(&Fleet, &[&str]) -> Proc,
+) -> (Fleet, Proc, Proc) {
+    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    let flags = receiver.flags(ratio);
+    let coordinator = fleet.coordinator("c0", &strs(&flags));
+    let worker = worker(&fleet, &strs(&flags));
+    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
+    (fleet, coordinator, worker)
+}
+
+/// The span with `span_id` among `spans`.
+fn by_id<'a>(spans: &'a [Received], span_id: &[u8]) -> Option<&'a Received> {
+    spans.iter().find(|s| s.span.span_id == span_id)
+}
+
+/// The chain of parents of `span`, itself first, as far as received spans go.
+fn ancestry<'a>(spans: &'a [Received], span: &'a Received) -> Vec<&'a Received> {
+    let mut chain = vec![span];
+    while let Some(parent) = chain
+        .last()
+        .filter(|s| !s.span.parent_span_id.is_empty())
+        .and_then(|s| by_id(spans, &s.span.parent_span_id))
+    {
+        chain.push(parent);
+        if chain.len() > 16 {
+            break;
+        }
+    }
+    chain
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_object_change_is_one_trace_from_the_leaders_watch_event_to_the_workers_api_call() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "tracing").await;
+    let receiver = Receiver::start().await;
+    let (_fleet, _coordinator, _worker) = traced_fleet(&cluster, &receiver, "1", |fleet, flags| {
+        let mut args = vec!["--controllers", "one-child"];
+        args.extend_from_slice(flags);
+        fleet.worker("fleet-probe", "w0", &args)
+    })
+    .await;
+
+    let parent: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "traced", "labels": {"flotilla.dev/probe": "parent"}},
+    }))
+    .expect("configmap");
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &parent)
+        .await
+        .expect("create the parent");
+    let key = format!("{ns}/traced");
+
+    // The worker's create of the child, and every span up to the root of its trace.
+    let (spans, chain) = wait_for(
+        Duration::from_secs(60),
+        "the trace of the reconcile that created the child, with its leader's spans",
+        || async {
+            let spans = receiver.spans();
+            let create = spans.iter().find(|s| {
+                // A client span is named after its call (`create configmaps`).
+                s.span.name == "create configmaps"
+                    && s.attr("verb").as_deref() == Some("create")
+                    && s.attr("url.path")
+                        .is_some_and(|p| p.contains(&format!("/namespaces/{ns}/")))
+            })?;
+            let chain: Vec<Received> = ancestry(&spans, create).into_iter().cloned().collect();
+            let names: Vec<&str> = chain.iter().map(|s| s.span.name.as_str()).collect();
+            (names[1..] == ["reconcile", "dispatch", "enqueue", "watch_event"])
+                .then_some((spans.clone(), chain))
+        },
+    )
+    .await;
+    let [api, reconcile, dispatch, enqueue, event] = &chain[..] else {
+        unreachable!("matched above")
+    };
+    let trace = event.trace_id();
+    for s in &chain {
+        assert_eq!(s.trace_id(), trace, "{} is in another trace", s.span.name);
+    }
+    assert!(
+        event.span.parent_span_id.is_empty(),
+        "the watch event is the root"
+    );
+    print_tree(&spans, &trace);
+
+    // Which process sent what.
+    assert_eq!(event.service, "flotilla-coordinator");
+    assert_eq!(enqueue.service, "flotilla-coordinator");
+    assert_eq!(dispatch.service, "flotilla-coordinator");
+    assert_eq!(reconcile.service, "flotilla-worker");
+    assert_eq!(api.service, "flotilla-worker");
+
+    // Fields.
+    assert_eq!(event.attr("kind").as_deref(), Some("v1/configmaps"));
+    assert_eq!(event.attr("key").as_deref(), Some(key.as_str()));
+    assert_eq!(event.attr("event").as_deref(), Some("added"));
+    assert_eq!(enqueue.attr("controller").as_deref(), Some("one-child"));
+    assert_eq!(enqueue.attr("coalesced").as_deref(), Some("false"));
+    for s in [dispatch, reconcile] {
+        assert_eq!(
+            s.attr("controller").as_deref(),
+            Some("one-child"),
+            "{}",
+            s.span.name
+        );
+        assert_eq!(
+            s.attr("key").as_deref(),
+            Some(key.as_str()),
+            "{}",
+            s.span.name
+        );
+        assert_eq!(s.attr("worker").as_deref(), Some("w0"), "{}", s.span.name);
+        assert_eq!(s.attr("attempt").as_deref(), Some("0"), "{}", s.span.name);
+        assert!(s.attr("shard").is_some(), "{} has a shard", s.span.name);
+        assert!(
+            s.attr("term").is_some_and(|t| t != "0"),
+            "{} has the term",
+            s.span.name
+        );
+    }
+    assert_eq!(dispatch.attr("reason").as_deref(), Some("object_changed"));
+    assert_eq!(
+        reconcile.attr("reason"),
+        Some(format!("object_changed v1/configmaps {key}"))
+    );
+    assert_eq!(reconcile.attr("outcome").as_deref(), Some("success"));
+    assert_eq!(
+        reconcile.span.links.len(),
+        1,
+        "the reconcile links to the one event merged into it"
+    );
+    assert_eq!(hex(&reconcile.span.links[0].trace_id), trace);
+    assert_eq!(api.attr("resource").as_deref(), Some("configmaps"));
+    assert_eq!(api.attr("code").as_deref(), Some("201"));
+}
+
+/// Prints the received trace as an indented tree (what docs/tracing.md shows).
+fn print_tree(spans: &[Received], trace: &str) {
+    let mine: Vec<&Received> = spans.iter().filter(|s| s.trace_id() == trace).collect();
+    let mut children: HashMap<Vec<u8>, Vec<&Received>> = HashMap::new();
+    for s in &mine {
+        children
+            .entry(s.span.parent_span_id.clone())
+            .or_default()
+            .push(s);
+    }
+    fn walk(
+        s: &Received,
+        depth: usize,
+        children: &HashMap<Vec<u8>, Vec<&Received>>,
+        out: &mut String,
+    ) {
+        let ms = s
+            .span
+            .end_time_unix_nano
+            .saturating_sub(s.span.start_time_unix_nano) as f64
+            / 1e6;
+        let fields: Vec<String> = s
+            .span
+            .attributes
+            .iter()
+            .filter(|kv| {
+                !kv.key.starts_with("otel.")
+                    && !kv.key.starts_with("busy")
+                    && !kv.key.starts_with("idle")
+            })
+            .filter_map(|kv| {
+                Some(format!(
+                    "{}={}",
+                    kv.key,
+                    attr(std::slice::from_ref(kv), &kv.key)?
+                ))
+            })
+            .collect();
+        out.push_str(&format!(
+            "{}{} [{}] {:.2} ms {}\n",
+            "  ".repeat(depth),
+            s.span.name,
+            s.service,
+            ms,
+            fields.join(" ")
+        ));
+        let mut kids = children.get(&s.span.span_id).cloned().unwrap_or_default();
+        kids.sort_by_key(|k| k.span.start_time_unix_nano);
+        for k in kids {
+            walk(k, depth + 1, children, out);
+        }
+    }
+    let mut out = String::new();
+    for root in mine.iter().filter(|s| s.span.parent_span_id.is_empty()) {
+        walk(root, 0, &children, &mut out);
+    }
+    eprintln!("trace {trace}:\n{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn changes_coalesced_into_one_queued_key_become_links_of_its_reconcile() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "coalesce").await;
+    let receiver = Receiver::start().await;
+    let fleet_dir = tempfile::tempdir().expect("temp dir");
+    let journal = fleet_dir.path().join("journal.jsonl");
+    // Reconciles of 3 s: changes made while one runs coalesce into the key's next run.
+    let (_fleet, _coordinator, _worker) = traced_fleet(&cluster, &receiver, "1", |fleet, flags| {
+        let mut worker = journal_worker_args(&journal);
+        worker.extend(flags.iter().map(|s| s.to_string()));
+        fleet.worker("fleet-probe", "w0", &strs(&worker))
+    })
+    .await;
+
+    create_configmaps(&client, &ns, "hot", 1, JOURNAL_LABEL).await;
+    let key = format!("{ns}/hot-0");
+    wait_for(
+        Duration::from_secs(30),
+        "the first reconcile to start",
+        || async {
+            read(&journal)
+                .into_iter()
+                .any(|e| e.key == key)
+                .then_some(())
+        },
+    )
+    .await;
+    // Two changes while it runs: the first makes the key dirty again, the second coalesces into it.
+    touch(&client, std::slice::from_ref(&key), 1).await;
+    touch(&client, std::slice::from_ref(&key), 2).await;
+
+    let (events, reconcile) = wait_for(
+        Duration::from_secs(60),
+        "a reconcile linked to both change events",
+        || async {
+            let spans = receiver.spans();
+            let changes: Vec<&Received> = spans
+                .iter()
+                .filter(|s| {
+                    s.span.name == "watch_event"
+                        && s.attr("key").as_deref() == Some(key.as_str())
+                        && s.attr("event").as_deref() == Some("modified")
+                })
+                .collect();
+            if changes.len() < 2 {
+                return None;
+            }
+            let reconcile = spans.iter().find(|s| {
+                s.span.name == "reconcile"
+                    && s.attr("key").as_deref() == Some(key.as_str())
+                    && s.span.links.len() >= 2
+            })?;
+            let events: Vec<String> = changes.iter().map(|s| s.trace_id()).collect();
+            Some((events, reconcile.clone()))
+        },
+    )
+    .await;
+    let linked: Vec<String> = reconcile
+        .span
+        .links
+        .iter()
+        .map(|l| hex(&l.trace_id))
+        .collect();
+    for event in &events {
+        assert!(
+            linked.contains(event),
+            "the reconcile links to the trace of every change merged into it: {event} not in {linked:?}"
+        );
+    }
+    assert_eq!(
+        reconcile.trace_id(),
+        linked[0],
+        "the reconcile joins the first merged event's trace"
+    );
+    let coalesced = receiver
+        .spans()
+        .into_iter()
+        .filter(|s| {
+            s.span.name == "enqueue"
+                && s.attr("key").as_deref() == Some(key.as_str())
+                && s.attr("coalesced").as_deref() == Some("true")
+        })
+        .count();
+    assert!(
+        coalesced >= 1,
+        "the second change's enqueue says it coalesced"
+    );
+}
+
+fn journal_worker_args(journal: &std::path::Path) -> Vec<String> {
+    [
+        "--controllers",
+        "journal",
+        "--journal",
+        &journal.display().to_string(),
+        "--reconcile-ms",
+        "3000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sample_ratio_of_zero_exports_nothing() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "untraced").await;
+    let receiver = Receiver::start().await;
+    let fleet_dir = tempfile::tempdir().expect("temp dir");
+    let journal = fleet_dir.path().join("journal.jsonl");
+    let (_fleet, mut coordinator, mut worker) =
+        traced_fleet(&cluster, &receiver, "0", |fleet, flags| {
+            let mut args = vec![
+                "--controllers".to_owned(),
+                "journal".to_owned(),
+                "--journal".to_owned(),
+                journal.display().to_string(),
+            ];
+            args.extend(flags.iter().map(|s| s.to_string()));
+            fleet.worker("fleet-probe", "w0", &strs(&args))
+        })
+        .await;
+    create_configmaps(&client, &ns, "quiet", 3, JOURNAL_LABEL).await;
+    for i in 0..3 {
+        let key = format!("{ns}/quiet-{i}");
+        super::common::reconciled(&journal, &key, Duration::from_secs(30)).await;
+    }
+    // A graceful stop flushes what each process still buffers: had anything been sampled, it arrives
+    // before the processes exit.
+    worker.sigterm(Duration::from_secs(15)).await;
+    coordinator.sigterm(Duration::from_secs(15)).await;
+    let spans = receiver.spans();
+    assert!(
+        spans.is_empty(),
+        "nothing is exported at ratio 0, yet {} spans arrived: {:?}",
+        spans.len(),
+        spans.iter().map(|s| &s.span.name).collect::<Vec<_>>()
+    );
+}
