@@ -30,5 +30,6 @@ mod fleet {
     mod status_watch;
     mod term_failures;
     mod tracing;
+    mod up;
     mod worker_loss;
 }

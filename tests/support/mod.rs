@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod namespace;
 pub mod objects;
 pub mod pki;
+pub mod pty;
 pub mod raw;
 pub mod tokens;
 pub mod wait;
