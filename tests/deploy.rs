@@ -8,10 +8,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod support;
+
 mod deploy {
     pub mod binaries;
 
     mod chart;
     mod check_config;
+    mod helm_install;
     mod rbac;
 }
