@@ -2,11 +2,14 @@
 //! bad flags, `flotilla rbac`, and — when `FLOTILLA_HELM_RENDERS` names a directory of `helm template`
 //! outputs, as `deploy/helm/check.sh` writes them — the Helm chart's manifests parsed into their
 //! Kubernetes types, their commands accepted by the binaries and their ClusterRoles equal to
-//! `flotilla rbac`'s.
+//! `flotilla rbac`'s; and — when `FLOTILLA_HELM` names a helm binary — `helm install` of every scenario
+//! into a cluster, read back as rendered.
 //!
 //! The binaries must be built first (`cargo build --workspace --bins`; the README's test command does).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod support;
 
 pub mod support;
 
@@ -15,6 +18,7 @@ mod deploy {
 
     mod chart;
     mod check_config;
+    mod helm_install;
     mod helm_install;
     mod rbac;
 }

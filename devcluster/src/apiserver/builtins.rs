@@ -1,6 +1,7 @@
 //! The built-in kinds devcluster serves, as registry data (group/version/resource, scope, subresources, hooks).
 
 use super::defaults as d;
+use super::defaults_scaling_network as dsn;
 use super::registry::{GcDefault, Generation, NameRule, ResourceInfo, ScalePaths, Subresources};
 use super::validation as v;
 
@@ -427,6 +428,40 @@ pub fn builtins() -> Vec<ResourceInfo> {
             "events.k8s.io/events"
         )
         .with(|r| r.name_rule = NameRule::PathSegment),
+        // autoscaling/v2
+        spec!(
+            "autoscaling",
+            "horizontalpodautoscalers",
+            "horizontalpodautoscaler",
+            "HorizontalPodAutoscaler",
+            true,
+            &["hpa"],
+            true,
+            "horizontalpodautoscalers"
+        )
+        .with(|r| {
+            r.version = "v2".into();
+            r.subresources = status();
+            r.defaulter = dsn::horizontal_pod_autoscaler;
+            r.prepare_create = dsn::horizontal_pod_autoscaler_create;
+            r.validate = v::horizontal_pod_autoscaler;
+            r.generation = Generation::Spec;
+        }),
+        // networking.k8s.io/v1
+        spec!(
+            "networking.k8s.io",
+            "networkpolicies",
+            "networkpolicy",
+            "NetworkPolicy",
+            true,
+            &["netpol"],
+            false,
+            "networkpolicies"
+        )
+        .with(|r| {
+            r.defaulter = dsn::network_policy;
+            r.generation = Generation::Spec;
+        }),
         // policy/v1
         spec!(
             "policy",

@@ -86,6 +86,25 @@ async fn object_body(
     read_body(body).await
 }
 
+/// The body of a DELETE (its `DeleteOptions`), as JSON: a JSON body as sent, a protobuf one decoded.
+///
+/// # Errors
+/// 415 for any other content type, 413 above [`MAX_BODY`], 400 for a protobuf body that does not decode.
+async fn delete_options_body(content_type: &str, body: Body) -> Result<Vec<u8>, ApiError> {
+    let bytes = read_body(body).await?;
+    if content_type == protobuf::MEDIA_TYPE {
+        return protobuf::delete_options_to_json(&bytes).map_err(|e| {
+            ApiError::bad_request(format!("error decoding DeleteOptions: {e}"))
+        });
+    }
+    let json =
+        content_type.is_empty() || content_type == "application/json" || content_type == "*/*";
+    if !json {
+        return Err(ApiError::unsupported_body(false));
+    }
+    Ok(bytes)
+}
+
 fn aggregated_wanted(accept: Option<&str>) -> bool {
     accept.is_some_and(|a| {
         a.split(',')
@@ -329,7 +348,7 @@ async fn resource_op(
             ))
         }
         (false, None, &Method::DELETE) if info.deletecollection => {
-            let bytes = read_body(body).await?;
+            let bytes = delete_options_body(&content_type, body).await?;
             let opts = DeleteOptions::parse(&t.query, &bytes)?;
             let v = objects::delete_collection(st, t, &opts).await?;
             Ok(json_response(StatusCode::OK, &v))
@@ -370,7 +389,7 @@ async fn resource_op(
             Ok(json_response(code, &render.object(&info, &v)))
         }
         (true, None, &Method::DELETE) => {
-            let bytes = read_body(body).await?;
+            let bytes = delete_options_body(&content_type, body).await?;
             let opts = DeleteOptions::parse(&t.query, &bytes)?;
             let v = objects::delete(st, t, &opts).await?;
             let v = if v["kind"] == "Status" {

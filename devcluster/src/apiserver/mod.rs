@@ -72,6 +72,7 @@ mod builtins;
 mod continue_token;
 mod crd;
 mod defaults;
+mod defaults_scaling_network;
 mod discovery;
 mod http;
 mod managed_fields;

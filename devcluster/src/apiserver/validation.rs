@@ -204,6 +204,42 @@ pub fn configmap(obj: &Value) -> Vec<Cause> {
     Vec::new()
 }
 
+/// HorizontalPodAutoscaler: a target to scale, and replica bounds that make sense (upstream's
+/// `ValidateHorizontalPodAutoscalerSpec`, scale-to-zero off as by default).
+pub fn horizontal_pod_autoscaler(obj: &Value) -> Vec<Cause> {
+    let spec = &obj["spec"];
+    let mut causes = Vec::new();
+    for field in ["kind", "name"] {
+        if spec["scaleTargetRef"][field].as_str().is_none_or(str::is_empty) {
+            causes.push(Cause::required(&format!("spec.scaleTargetRef.{field}"), ""));
+        }
+    }
+    let min = spec["minReplicas"].as_i64();
+    if let Some(min) = min.filter(|m| *m < 1) {
+        causes.push(Cause::invalid(
+            "spec.minReplicas",
+            &json!(min),
+            "must be greater than or equal to 1",
+        ));
+    }
+    let max = spec["maxReplicas"].as_i64().unwrap_or(0);
+    if max < 1 {
+        causes.push(Cause::invalid(
+            "spec.maxReplicas",
+            &json!(max),
+            "must be greater than 0",
+        ));
+    }
+    if min.is_some_and(|min| max < min) {
+        causes.push(Cause::invalid(
+            "spec.maxReplicas",
+            &json!(max),
+            "must be greater than or equal to `minReplicas`",
+        ));
+    }
+    causes
+}
+
 fn containers(path: &str, spec: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     match spec["containers"].as_array() {

@@ -5,22 +5,26 @@
 //! `convert`), kept by hand from the Go types of Kubernetes 1.35.
 
 use k8s_openapi::api::apps::v1 as oa_apps;
+use k8s_openapi::api::autoscaling::v2 as oa_autoscaling;
 use k8s_openapi::api::batch::v1 as oa_batch;
 use k8s_openapi::api::coordination::v1 as oa_coordination;
 use k8s_openapi::api::core::v1 as oa_core;
 use k8s_openapi::api::discovery::v1 as oa_discovery;
 use k8s_openapi::api::events::v1 as oa_events;
+use k8s_openapi::api::networking::v1 as oa_networking;
 use k8s_openapi::api::policy::v1 as oa_policy;
 use k8s_openapi::api::rbac::v1 as oa_rbac;
 use k8s_openapi::api::scheduling::v1 as oa_scheduling;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as oa_apiext;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as oa_meta;
 use k8s_pb::api::apps::v1 as pb_apps;
+use k8s_pb::api::autoscaling::v2 as pb_autoscaling;
 use k8s_pb::api::batch::v1 as pb_batch;
 use k8s_pb::api::coordination::v1 as pb_coordination;
 use k8s_pb::api::core::v1 as pb_core;
 use k8s_pb::api::discovery::v1 as pb_discovery;
 use k8s_pb::api::events::v1 as pb_events;
+use k8s_pb::api::networking::v1 as pb_networking;
 use k8s_pb::api::policy::v1 as pb_policy;
 use k8s_pb::api::rbac::v1 as pb_rbac;
 use k8s_pb::api::scheduling::v1 as pb_scheduling;
@@ -514,6 +518,64 @@ messages! { pb_events => oa_events;
         rename r#type => type_
     }
     EventSeries { count, last_observed_time }
+}
+
+messages! { pb_autoscaling => oa_autoscaling;
+    ContainerResourceMetricSource { name, target, container }
+    ContainerResourceMetricStatus { name, current, container }
+    CrossVersionObjectReference { kind, name, api_version }
+    ExternalMetricSource { metric, target }
+    ExternalMetricStatus { metric, current }
+    HpaScalingPolicy => HPAScalingPolicy { value, period_seconds; rename r#type => type_ }
+    HpaScalingRules => HPAScalingRules {
+        policies, tolerance;
+        keep stabilization_window_seconds, select_policy
+    }
+    HorizontalPodAutoscaler { metadata, spec, status }
+    HorizontalPodAutoscalerBehavior { scale_up, scale_down }
+    HorizontalPodAutoscalerCondition {
+        status, last_transition_time, reason, message;
+        rename r#type => type_
+    }
+    HorizontalPodAutoscalerSpec {
+        scale_target_ref, max_replicas, metrics, behavior;
+        keep min_replicas
+    }
+    HorizontalPodAutoscalerStatus {
+        last_scale_time, current_replicas, desired_replicas, current_metrics, conditions;
+        keep observed_generation
+    }
+    MetricIdentifier { name, selector }
+    MetricSpec {
+        object, pods, resource, container_resource, external;
+        rename r#type => type_
+    }
+    MetricStatus {
+        object, pods, resource, container_resource, external;
+        rename r#type => type_
+    }
+    MetricTarget {
+        value, average_value;
+        keep average_utilization;
+        rename r#type => type_
+    }
+    MetricValueStatus { value, average_value; keep average_utilization }
+    ObjectMetricSource { described_object, target, metric }
+    ObjectMetricStatus { metric, current, described_object }
+    PodsMetricSource { metric, target }
+    PodsMetricStatus { metric, current }
+    ResourceMetricSource { name, target }
+    ResourceMetricStatus { name, current }
+}
+
+messages! { pb_networking => oa_networking;
+    IpBlock => IPBlock { cidr, except }
+    NetworkPolicy { metadata, spec }
+    NetworkPolicyEgressRule { ports, to }
+    NetworkPolicyIngressRule { ports, from }
+    NetworkPolicyPeer { pod_selector, namespace_selector, ip_block }
+    NetworkPolicyPort { port; keep protocol, end_port }
+    NetworkPolicySpec { pod_selector, ingress, egress, policy_types }
 }
 
 messages! { pb_policy => oa_policy;

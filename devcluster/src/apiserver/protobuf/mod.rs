@@ -3,13 +3,17 @@
 //! takes the one JSON path (defaulting, validation, storage).
 //!
 //! * `envelope` — the `k8s\0` magic and the `runtime.Unknown` around the object.
+//! * `delete_options` — a DELETE's options, which come in the group version of the resource.
 //! * `kinds` — which (apiVersion, kind) decode, as a list; anything else is refused.
 //! * `convert` / `messages` — k8s-pb message → k8s-openapi type, with Go's zero-value rules.
 
 mod convert;
+mod delete_options;
 mod envelope;
 mod kinds;
 mod messages;
+
+pub use delete_options::delete_options_to_json;
 
 /// The protobuf media type (request `Content-Type`, `Accept`).
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
