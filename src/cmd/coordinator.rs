@@ -9,6 +9,7 @@ use flotilla_common::{EtcdFlags, LogFormat, kube_config, shutdown_signal};
 use flotilla_coordinator::{Coordinator, CoordinatorConfig, NamespaceScope, default_identity};
 
 use flotilla_common::parse_duration;
+use flotilla_common::tls::TlsFlags;
 
 /// Flags of `flotilla coordinator`; names follow kube-controller-manager where the meaning is the same.
 #[derive(clap::Args, Debug)]
@@ -75,6 +76,10 @@ pub struct Args {
     /// watched cluster-wide and filtered on arrival (the API server cannot filter by a namespace's labels).
     #[arg(long)]
     pub namespace_selector: Option<String>,
+    /// Mutual TLS of the gRPC port (--tls-cert, --tls-key, --tls-client-ca: workers must present a
+    /// certificate of that CA naming their worker id), or --insecure-plaintext; one is required.
+    #[command(flatten)]
+    pub tls: TlsFlags,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -117,6 +122,7 @@ impl Args {
         config.unserved_kind_timeout = self.unserved_kind_timeout;
         config.namespaces =
             NamespaceScope::from_flags(&self.namespaces, self.namespace_selector.as_deref())?;
+        config.tls = self.tls.server()?;
         Ok(config)
     }
 
@@ -147,6 +153,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let config = args.config()?;
     let identity = flotilla_common::ServiceIdentity::new("flotilla-coordinator", &config.id);
     let telemetry = flotilla_common::init_telemetry(args.log_format, &args.tracing, &identity)?;
+    args.tls.warn_if_plaintext();
     let coordinator = Coordinator::start(config).await?;
     let failed = tokio::select! {
         () = shutdown_signal() => None,
@@ -177,7 +184,12 @@ mod tests {
     }
 
     fn parse(extra: &[&str]) -> Result<Cli, clap::Error> {
-        let mut argv = vec!["coordinator", "--etcd-endpoints", "http://e:2379"];
+        let mut argv = vec![
+            "coordinator",
+            "--etcd-endpoints",
+            "http://e:2379",
+            "--insecure-plaintext",
+        ];
         argv.extend_from_slice(extra);
         Cli::try_parse_from(argv)
     }
@@ -230,6 +242,14 @@ mod tests {
             config.etcd.fleet_keys("default").root(),
             "/tenants/a/default/"
         );
+    }
+
+    #[tokio::test]
+    async fn check_config_refuses_neither_tls_flags_nor_insecure_plaintext_and_says_why() {
+        let cli =
+            Cli::try_parse_from(["coordinator", "--etcd-endpoints", "http://e:2379"]).unwrap();
+        let err = cli.args.check().await.unwrap_err();
+        assert!(err.to_string().contains("--insecure-plaintext"), "{err}");
     }
 
     #[test]

@@ -104,10 +104,12 @@ pub fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
-/// The flags every process of a fleet takes: its name, etcd, the Kubernetes API, and metrics on a port
-/// of its choosing (it logs the address).
+/// The flags every process of a fleet takes: its name, etcd, the Kubernetes API, metrics on a port of
+/// its choosing (it logs the address), and `--insecure-plaintext`: the local demo and benchmarks run
+/// on loopback without the certificates mutual TLS needs.
 pub fn fleet_flags(fleet: &str, etcd_endpoints: &str, kubeconfig: &Path) -> Vec<String> {
     [
+        "--insecure-plaintext",
         "--fleet",
         fleet,
         "--etcd-endpoints",

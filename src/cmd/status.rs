@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use flotilla_common::tls::{ClientTransport, TlsFlags};
 use flotilla_common::{Election, EtcdClientConfig, EtcdFlags};
 use flotilla_proto as proto;
 use serde_json::json;
@@ -19,6 +20,11 @@ pub struct Args {
     /// Output: `text` (a table) or `json` (one object; scripts rely on its field names).
     #[arg(short = 'o', long, default_value = "text")]
     pub output: Output,
+    /// Mutual TLS to the leader's Admin service (--tls-cert, --tls-key, --tls-client-ca,
+    /// --tls-server-name: any client certificate of the coordinators' --tls-client-ca), or
+    /// --insecure-plaintext for a plaintext fleet; one is required.
+    #[command(flatten)]
+    pub tls: TlsFlags,
     /// Keep a live view on the terminal, redrawn every `--interval`, until Ctrl-C.
     #[arg(long, short = 'w')]
     pub watch: bool,
@@ -39,11 +45,12 @@ pub enum Output {
 /// Prints the status of the fleet.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let etcd = args.etcd.client_config()?;
+    let transport = args.tls.client()?;
     if args.watch {
-        let fetch = || fetch_with(&etcd, &args.fleet);
+        let fetch = || fetch_with(&etcd, &transport, &args.fleet);
         return super::status_watch::run(&args.fleet, args.interval, fetch).await;
     }
-    let status = fetch_with(&etcd, &args.fleet).await?;
+    let status = fetch_with(&etcd, &transport, &args.fleet).await?;
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&to_json(&status))?),
         Output::Text => print_text(&status),
@@ -60,16 +67,23 @@ pub async fn fetch(
     etcd_endpoints: &[String],
     fleet: &str,
 ) -> anyhow::Result<proto::StatusResponse> {
-    fetch_with(&EtcdClientConfig::plaintext(etcd_endpoints.to_vec()), fleet).await
+    fetch_with(
+        &EtcdClientConfig::plaintext(etcd_endpoints.to_vec()),
+        &ClientTransport::Plaintext,
+        fleet,
+    )
+    .await
 }
 
-/// Finds the leader in etcd and asks it for its status.
+/// Finds the leader in etcd and asks it for its status over `transport` (mutual TLS: the Admin service
+/// asks only for a client certificate of the coordinators' `--tls-client-ca`, whatever it names).
 ///
 /// # Errors
 /// When etcd cannot be reached or refuses the client, there is no leader, or the leader does not
-/// answer.
+/// answer (or refuses the TLS handshake).
 pub async fn fetch_with(
     etcd: &EtcdClientConfig,
+    transport: &ClientTransport,
     fleet: &str,
 ) -> anyhow::Result<proto::StatusResponse> {
     let keys = etcd.fleet_keys(fleet);
@@ -83,8 +97,8 @@ pub async fn fetch_with(
         tonic::transport::Endpoint::from_shared(format!("http://{}", leader.info.address))?
             .connect_timeout(Duration::from_secs(3))
             .timeout(Duration::from_secs(5));
-    let channel = endpoint
-        .connect()
+    let channel = transport
+        .connect(endpoint)
         .await
         .with_context(|| format!("cannot reach the leader at {}", leader.info.address))?;
     let mut admin = proto::admin_client::AdminClient::new(channel);

@@ -66,6 +66,7 @@ async fn good_flags_pass_without_touching_etcd_or_the_api() {
             "coordinator",
             "--etcd-endpoints",
             &s.url,
+            "--insecure-plaintext",
             "--kubeconfig",
             kubeconfig,
             "--hot-standby",
@@ -82,6 +83,7 @@ async fn good_flags_pass_without_touching_etcd_or_the_api() {
             "worker",
             "--etcd-endpoints",
             &s.url,
+            "--insecure-plaintext",
             "--kubeconfig",
             kubeconfig,
             "--controllers=*,-namespace",
@@ -90,14 +92,23 @@ async fn good_flags_pass_without_touching_etcd_or_the_api() {
     )
     .await;
     assert_ok(&worker);
-    let custom = check("greeting-controller", &["--etcd-endpoints", &s.url]).await;
+    let custom = check(
+        "greeting-controller",
+        &["--etcd-endpoints", &s.url, "--insecure-plaintext"],
+    )
+    .await;
     assert_ok(&custom);
 }
 
 #[tokio::test]
 async fn bad_flags_are_refused_naming_the_problem() {
     let s = silent();
-    let coordinator = ["coordinator", "--etcd-endpoints", &s.url];
+    let coordinator = [
+        "coordinator",
+        "--etcd-endpoints",
+        &s.url,
+        "--insecure-plaintext",
+    ];
     let refused = check(
         "flotilla",
         &[&coordinator[..], &["--leader-elect-renew-deadline", "10s"]].concat(),
@@ -121,7 +132,7 @@ async fn bad_flags_are_refused_naming_the_problem() {
     .await;
     assert_refused(&refused, "/nonexistent/kubeconfig");
 
-    let worker = ["worker", "--etcd-endpoints", &s.url];
+    let worker = ["worker", "--etcd-endpoints", &s.url, "--insecure-plaintext"];
     let refused = check(
         "flotilla",
         &[&worker[..], &["--controllers", "bogus"]].concat(),
@@ -148,7 +159,13 @@ async fn bad_flags_are_refused_naming_the_problem() {
     assert_refused(&refused, "--etcd-endpoints");
     let refused = check(
         "greeting-controller",
-        &["--etcd-endpoints", &s.url, "--worker-id", "UPPER"],
+        &[
+            "--etcd-endpoints",
+            &s.url,
+            "--insecure-plaintext",
+            "--worker-id",
+            "UPPER",
+        ],
     )
     .await;
     assert_refused(&refused, "--worker-id");

@@ -128,6 +128,7 @@ async fn greetings_get_their_configmap_and_status_from_the_example_controller_on
     let output = std::process::Command::new(binary("flotilla"))
         .args([
             "status",
+            "--insecure-plaintext",
             "-o",
             "json",
             "--fleet",

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use flotilla_common::tls::ClientTransport;
 use flotilla_common::{Election, FleetKeys, Leadership, connect_etcd};
 use flotilla_proto as proto;
 use tempfile::TempDir;
@@ -149,6 +150,9 @@ pub struct Fleet {
     pub etcd_endpoints: Vec<String>,
     /// The cluster the fleet reconciles.
     pub kubeconfig: PathBuf,
+    /// How [`Fleet::status`] reaches the leader: plaintext, as every process started without TLS flags
+    /// runs (`--insecure-plaintext`); set it to mutual TLS for a fleet started with `--tls-*` flags.
+    pub admin: ClientTransport,
     dir: Option<TempDir>,
 }
 
@@ -197,6 +201,7 @@ impl Fleet {
             name,
             etcd_endpoints,
             kubeconfig: kubeconfig.to_path_buf(),
+            admin: ClientTransport::Plaintext,
             dir: Some(dir),
         }
     }
@@ -266,6 +271,7 @@ impl Fleet {
         args.push("--metrics-listen".into());
         args.push("127.0.0.1:0".into());
         args.extend(extra.iter().map(|s| s.to_string()));
+        plaintext_unless_tls(&mut args, extra);
         let scoped = extra
             .iter()
             .any(|a| a.starts_with("--namespaces") || a.starts_with("--namespace-selector"));
@@ -302,6 +308,7 @@ impl Fleet {
         args.push(self.kubeconfig.display().to_string());
         args.push("--metrics-listen".into());
         args.push("127.0.0.1:0".into());
+        plaintext_unless_tls(&mut args, extra);
         self.spawn(id, &binary(program), &args)
     }
 
@@ -315,7 +322,8 @@ impl Fleet {
             .flatten()
     }
 
-    /// The leader's status; `None` while there is no leader or it does not answer.
+    /// The leader's status (asked over [`Fleet::admin`]); `None` while there is no leader or it does
+    /// not answer.
     pub async fn status(&self) -> Option<proto::StatusResponse> {
         let leader = self.leader().await?;
         let endpoint =
@@ -323,7 +331,7 @@ impl Fleet {
                 .ok()?
                 .connect_timeout(Duration::from_secs(1))
                 .timeout(Duration::from_secs(2));
-        let channel = endpoint.connect().await.ok()?;
+        let channel = self.admin.connect(endpoint).await.ok()?;
         let mut admin = proto::admin_client::AdminClient::new(channel);
         admin
             .status(proto::StatusRequest {})
@@ -350,6 +358,17 @@ impl Fleet {
     /// Where the processes' logs go.
     pub fn dir(&self) -> &Path {
         self.dir.as_ref().map_or(Path::new("/tmp"), TempDir::path)
+    }
+}
+
+/// Adds `--insecure-plaintext` to a fleet process's `args` unless its `extra` flags choose the transport
+/// (a `--tls-*` flag, or `--insecure-plaintext` already): without either the process refuses to start.
+fn plaintext_unless_tls(args: &mut Vec<String>, extra: &[&str]) {
+    if !extra
+        .iter()
+        .any(|a| a.starts_with("--tls-") || a.starts_with("--insecure-plaintext"))
+    {
+        args.push("--insecure-plaintext".into());
     }
 }
 

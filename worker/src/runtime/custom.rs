@@ -68,6 +68,7 @@ async fn run_as(
     let config = flags.to_config().await?;
     let identity = ServiceIdentity::new(service, &config.worker_id);
     let telemetry = init_telemetry(flags.log_format, &flags.tracing, &identity)?;
+    flags.tls.warn_if_plaintext();
     let result = run(config, controllers, shutdown_signal()).await;
     // The spans of the last reconciles go out before the process exits.
     telemetry.shutdown().await;

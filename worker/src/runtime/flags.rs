@@ -9,6 +9,7 @@ use std::time::Duration;
 use flotilla_common::{EtcdFlags, LogFormat, SessionConfig, kube_config};
 use rand::Rng;
 
+use flotilla_common::tls::TlsFlags;
 use flotilla_sdk::DynController;
 
 use super::config::WorkerConfig;
@@ -52,6 +53,10 @@ pub struct WorkerFlags {
     /// How long SIGTERM lets running reconciles finish before cancelling them.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace_period: Duration,
+    /// Mutual TLS to the coordinators (--tls-cert, --tls-key, --tls-client-ca, --tls-server-name), or
+    /// --insecure-plaintext; one of the two is required.
+    #[command(flatten)]
+    pub tls: TlsFlags,
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -108,6 +113,7 @@ impl WorkerFlags {
         };
         config.shutdown_grace_period = self.shutdown_grace_period;
         config.metrics_listen = Some(self.metrics_listen);
+        config.tls = self.tls.client()?;
         Ok(config)
     }
 }
@@ -204,7 +210,13 @@ mod tests {
     }
 
     fn check(args: &[&str], controllers: &[DynController]) -> anyhow::Result<()> {
-        let argv = ["w", "--etcd-endpoints", "http://a:2379", "--check-config"];
+        let argv = [
+            "w",
+            "--etcd-endpoints",
+            "http://a:2379",
+            "--insecure-plaintext",
+            "--check-config",
+        ];
         let cli = Cli::try_parse_from(argv.iter().chain(args)).unwrap();
         assert!(cli.flags.check_config);
         futures::executor::block_on(cli.flags.check(controllers))
@@ -241,6 +253,13 @@ mod tests {
             &[controller("a")],
         );
         assert!(err.is_err(), "an unreadable kubeconfig");
+    }
+
+    #[test]
+    fn check_config_refuses_neither_tls_flags_nor_insecure_plaintext_and_says_why() {
+        let cli = Cli::try_parse_from(["w", "--etcd-endpoints", "http://a:2379"]).unwrap();
+        let err = futures::executor::block_on(cli.flags.check(&[controller("a")])).unwrap_err();
+        assert!(err.to_string().contains("--insecure-plaintext"), "{err}");
     }
 
     #[test]
