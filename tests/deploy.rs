@@ -9,7 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-pub mod support;
+/// The test CA (`chart` checks TLS renders with certificates from it).
+pub use support::pki;
 
 pub mod support;
 
@@ -19,6 +20,6 @@ mod deploy {
     mod chart;
     mod check_config;
     mod helm_install;
-    mod helm_install;
     mod rbac;
+    mod tls_check;
 }

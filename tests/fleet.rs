@@ -23,13 +23,14 @@ mod fleet {
     mod mapping_rules;
     mod metrics;
     mod migration;
+    mod mtls;
     mod read_your_writes;
     mod reasons;
     mod rebalance;
     mod shared_cluster;
     mod status_watch;
     mod term_failures;
-    mod tracing;
     mod up;
+    mod tracing;
     mod worker_loss;
 }

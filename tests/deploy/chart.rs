@@ -26,6 +26,51 @@ const RENDERS: &str = "FLOTILLA_HELM_RENDERS";
 /// What the kubelet substitutes for `$(POD_IP)` in a coordinator's arguments.
 const POD_IP: &str = "10.0.0.7";
 
+/// What the kubelet substitutes for `$(POD_NAME)` in a worker's `--worker-id`.
+const POD_NAME: &str = "flotilla-builtins-worker-5d9c7b6f4-x7k2p";
+
+/// Where the chart mounts a pod's TLS Secret; `--check-config` reads certificates of the test CA there
+/// instead.
+const TLS_DIR: &str = "/etc/flotilla/tls";
+
+/// The parts of a cert-manager Certificate the chart writes; unknown fields are refused.
+#[derive(serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Certificate {
+    api_version: String,
+    kind: String,
+    metadata: flotilla_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    spec: CertificateSpec,
+}
+
+#[derive(serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CertificateSpec {
+    secret_name: String,
+    duration: String,
+    renew_before: String,
+    private_key: CertificatePrivateKey,
+    dns_names: Vec<String>,
+    usages: Vec<String>,
+    issuer_ref: IssuerRef,
+}
+
+#[derive(serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CertificatePrivateKey {
+    algorithm: String,
+    size: u32,
+    rotation_policy: String,
+}
+
+#[derive(serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct IssuerRef {
+    name: String,
+    kind: String,
+    group: String,
+}
+
 /// The parts of a prometheus-operator ServiceMonitor the chart writes; unknown fields are refused.
 #[derive(serde::Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -123,6 +168,9 @@ fn parse_render(file: &std::path::Path) -> Render {
             (Some("monitoring.coreos.com/v1"), Some("ServiceMonitor")) => {
                 counted::<ServiceMonitor>(&mut render, &document, &at)
             }
+            (Some("cert-manager.io/v1"), Some("Certificate")) => {
+                counted::<Certificate>(&mut render, &document, &at)
+            }
             _ => panic!("{at}: a kind the chart should not render"),
         }
     }
@@ -177,13 +225,21 @@ async fn every_rendered_manifest_parses_into_its_kubernetes_type_without_losing_
 #[tokio::test]
 async fn every_rendered_container_command_passes_check_config() {
     let Some(renders) = renders() else { return };
+    // The mounted TLS Secret's files, from the test CA: a server certificate serves both roles here,
+    // as --check-config only loads them.
+    let pki = crate::pki::Pki::new();
+    pki.server("tls");
+    let tls_dir = pki.dir().to_str().unwrap();
     let mut checked = 0;
     for render in &renders {
         for deployment in &render.deployments {
             let spec = deployment.spec.as_ref().unwrap();
             let pod = spec.template.spec.as_ref().unwrap();
             for container in &pod.containers {
-                let argv = argv(container);
+                let argv: Vec<String> = argv(container)
+                    .iter()
+                    .map(|a| a.replace("$(POD_NAME)", POD_NAME).replace(TLS_DIR, tls_dir))
+                    .collect();
                 let (program, args) = argv.split_first().unwrap_or_else(|| {
                     panic!("{}: {} has no command", render.name, name_of(deployment))
                 });

@@ -4,8 +4,11 @@
 //! The identity of a certificate is its DNS subject alternative names, or — only when it has no DNS SAN
 //! — its subject common name(s), as Kubernetes and etcd read client certificates. A worker id matches
 //! when it equals one of them, ASCII case-insensitively (worker ids are DNS-1123 subdomains, and DNS
-//! names are case-insensitive). Wildcard SANs are compared literally: `*.workers` names no worker, so
-//! no certificate can stand for every worker id.
+//! names are case-insensitive), or when a name is a wildcard `*.<suffix>` and the id is one more label
+//! before that suffix (RFC 6125's rule: `*.builtins.workers` names `w-1.builtins.workers`, not
+//! `builtins.workers` nor `a.b.builtins.workers`). A wildcard is how one certificate, shared by the pods
+//! of a Deployment whose worker ids differ (`<pod>.<fleet>.workers`, as the Helm chart runs them), names
+//! those workers and no others; a per-pod certificate names exactly one.
 
 use rustls::pki_types::CertificateDer;
 use x509_parser::extensions::GeneralName;
@@ -133,11 +136,7 @@ impl PeerIdentity {
     /// # Errors
     /// [`IdentityError::Mismatch`], naming (shortened) what the certificate holds and what was claimed.
     pub fn check(&self, worker_id: &str) -> Result<(), IdentityError> {
-        if self
-            .names
-            .iter()
-            .any(|name| name.eq_ignore_ascii_case(worker_id))
-        {
+        if self.names.iter().any(|name| names_worker(name, worker_id)) {
             return Ok(());
         }
         let mut names: Vec<String> = self
@@ -170,6 +169,23 @@ pub fn check_worker_identity(
     match peer_certs {
         None => Ok(()),
         Some(chain) => PeerIdentity::from_chain(chain)?.check(worker_id),
+    }
+}
+
+/// Whether certificate name `name` names `worker_id`: equal ignoring ASCII case, or a wildcard
+/// `*.<suffix>` and the id one label before the suffix.
+fn names_worker(name: &str, worker_id: &str) -> bool {
+    if name.eq_ignore_ascii_case(worker_id) {
+        return true;
+    }
+    let Some(suffix) = name.strip_prefix("*.") else {
+        return false;
+    };
+    match worker_id.split_once('.') {
+        Some((label, rest)) => {
+            !label.is_empty() && !suffix.is_empty() && rest.eq_ignore_ascii_case(suffix)
+        }
+        None => false,
     }
 }
 
@@ -235,9 +251,16 @@ mod tests {
     }
 
     #[test]
-    fn a_wildcard_san_is_compared_literally_and_names_no_worker() {
-        let id = PeerIdentity::from_der(&cert(None, &[dns("*.workers")])).unwrap();
-        assert!(id.check("w1.workers").is_err());
+    fn a_wildcard_san_names_exactly_one_more_label_before_its_suffix() {
+        let id = PeerIdentity::from_der(&cert(None, &[dns("*.builtins.workers")])).unwrap();
+        id.check("w-1.builtins.workers").unwrap();
+        id.check("W-2.Builtins.Workers").unwrap();
+        assert!(id.check("builtins.workers").is_err(), "no label");
+        assert!(id.check("a.b.builtins.workers").is_err(), "two labels");
+        assert!(id.check("w-1.other.workers").is_err(), "another suffix");
+        assert!(id.check("w-1").is_err(), "no suffix");
+        assert!(!names_worker("*.", "a."), "an empty suffix names nothing");
+        assert!(!names_worker("*", "anything"), "a bare * names nothing");
     }
 
     #[test]
