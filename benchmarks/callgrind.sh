@@ -16,7 +16,7 @@ $BIN devcluster --etcd-endpoints http://127.0.0.1:$EP --listen 127.0.0.1:0 --wri
 DEV=$!
 for i in $(seq 1 50); do [ -s $D/kc ] && break; sleep 0.2; done
 kubectl --kubeconfig $D/kc create namespace bench >/dev/null
-COMMON="--fleet cg --etcd-endpoints http://127.0.0.1:$EP --kubeconfig $D/kc --metrics-listen 127.0.0.1:0"
+COMMON="--insecure-plaintext --fleet cg --etcd-endpoints http://127.0.0.1:$EP --kubeconfig $D/kc --metrics-listen 127.0.0.1:0"
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$D/coord.cg $BIN coordinator --listen 127.0.0.1:0 --id c0 $COMMON > coord.log 2>&1 &
 C=$!
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$D/worker.cg $BIN worker --controllers deployment,replicaset --worker-id w0 --kube-api-qps 1000 --kube-api-burst 1000 --concurrent-deployment-syncs 50 --concurrent-replicaset-syncs 50 $COMMON > worker.log 2>&1 &
