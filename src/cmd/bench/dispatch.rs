@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 
 use super::in_process::{Backend, InProcessFleet};
+use super::otlp_sink::OtlpSink;
 use super::{median, percentile, write_json};
 
 /// Flags of `flotilla bench dispatch`.
@@ -33,6 +34,11 @@ pub struct DispatchArgs {
     /// Where to write the JSON result.
     #[arg(long, default_value = "benchmarks/dispatch.json")]
     output: std::path::PathBuf,
+    /// Trace the keys, keeping this share of them (0 to 1), and export the spans over OTLP to a
+    /// receiver inside this process that counts and drops them. Without it nothing is traced, as in a
+    /// fleet without `--otlp-endpoint`.
+    #[arg(long)]
+    trace_sample_ratio: Option<f64>,
 }
 
 /// One measured run.
@@ -93,6 +99,40 @@ impl Clock {
 
 /// Runs `flotilla bench dispatch`.
 pub(super) async fn run(args: DispatchArgs) -> anyhow::Result<()> {
+    let sink = match args.trace_sample_ratio {
+        Some(_) => Some(OtlpSink::start().await?),
+        None => None,
+    };
+    let traces = flotilla_common::TraceFlags {
+        otlp_endpoint: sink.as_ref().map(|s| s.endpoint.clone()),
+        trace_sample_ratio: args.trace_sample_ratio.unwrap_or(1.0),
+        ..flotilla_common::TraceFlags::default()
+    };
+    traces.validate()?;
+    let telemetry = flotilla_common::init_telemetry(
+        flotilla_common::LogFormat::Text,
+        &traces,
+        &flotilla_common::ServiceIdentity::new("flotilla-bench", "bench-dispatch"),
+    )?;
+    let measured = measure(&args).await;
+    telemetry.shutdown().await;
+    if let Some(sink) = &sink {
+        eprintln!(
+            "tracing at ratio {}: {} spans received",
+            traces.trace_sample_ratio,
+            sink.spans()
+        );
+    }
+    let mut result = measured?;
+    result["trace_sample_ratio"] = json!(args.trace_sample_ratio);
+    result["spans_exported"] = json!(sink.as_ref().map(OtlpSink::spans));
+    write_json(&args.output, &result)?;
+    println!("\nJSON written to {}", args.output.display());
+    Ok(())
+}
+
+/// Every run of every worker count; the report, not yet written.
+async fn measure(args: &DispatchArgs) -> anyhow::Result<serde_json::Value> {
     let backend = Backend::start().await?;
     let clock = Arc::new(Clock::new(args.keys));
     let mut report = Vec::new();
@@ -100,7 +140,7 @@ pub(super) async fn run(args: DispatchArgs) -> anyhow::Result<()> {
         let mut runs = Vec::new();
         for run in 0..args.runs {
             let fleet = format!("bench-{workers}-{run}");
-            let result = one_run(&args, &fleet, workers, &backend, clock.clone()).await?;
+            let result = one_run(args, &fleet, workers, &backend, clock.clone()).await?;
             eprintln!(
                 "workers={workers} run={run}: {:.0} keys/s, burst p50 {:.1} ms p99 {:.1} ms, paced at {:.0}/s p50 {:.2} ms p99 {:.2} ms",
                 result.keys_per_sec,
@@ -133,7 +173,6 @@ pub(super) async fn run(args: DispatchArgs) -> anyhow::Result<()> {
         "runs_per_point": args.runs,
         "results": report,
     });
-    write_json(&args.output, &result)?;
     println!(
         "| workers | keys/s (median) | burst p50 / p99 ms | paced rate keys/s | paced p50 / p99 ms |"
     );
@@ -151,9 +190,8 @@ pub(super) async fn run(args: DispatchArgs) -> anyhow::Result<()> {
             m["paced_p99_ms"].as_f64().unwrap_or(f64::NAN),
         );
     }
-    println!("\nJSON written to {}", args.output.display());
     backend.shutdown().await;
-    Ok(())
+    Ok(result)
 }
 
 async fn one_run(

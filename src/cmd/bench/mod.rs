@@ -9,6 +9,7 @@ mod idle;
 mod in_process;
 mod local_fleet;
 mod memory;
+mod otlp_sink;
 mod process_stats;
 mod rollout;
 mod scaleout;
@@ -43,7 +44,10 @@ enum Bench {
 /// When the benchmark cannot set up its fleet, a run does not finish in its bound, or the result
 /// cannot be written.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    flotilla_common::init_logging(flotilla_common::LogFormat::Text);
+    // `bench dispatch` installs logging itself: with tracing on, the subscriber carries the exporter.
+    if !matches!(args.bench, Bench::Dispatch(_)) {
+        flotilla_common::init_logging(flotilla_common::LogFormat::Text);
+    }
     match args.bench {
         Bench::Dispatch(args) => dispatch::run(args).await,
         Bench::Rollout(args) => rollout::run(args).await,
