@@ -71,7 +71,7 @@ impl Coordinator {
     /// See [`CoordinatorError`].
     pub async fn start(mut config: CoordinatorConfig) -> Result<Self, CoordinatorError> {
         config.validate()?;
-        let etcd = config.etcd.connect().await?;
+        let etcd = config.etcd.connect(&config.fleet).await?;
         let kube = kube_client(config.kubeconfig.as_deref()).await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

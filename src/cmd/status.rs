@@ -87,7 +87,7 @@ pub async fn fetch_with(
     fleet: &str,
 ) -> anyhow::Result<proto::StatusResponse> {
     let keys = etcd.fleet_keys(fleet);
-    let etcd = etcd.connect().await?;
+    let etcd = etcd.connect(fleet).await?;
     let election = Election::new(etcd, keys.election());
     let leader = election
         .leader()

@@ -121,13 +121,13 @@ impl SecureEtcd {
         ]
     }
 
-    /// A client as the `flotilla` user.
-    async fn flotilla_client(&self) -> (etcd_client::Client, EtcdClientConfig) {
+    /// A client as the `flotilla` user, checked against fleet `fleet`'s range.
+    async fn flotilla_client(&self, fleet: &str) -> (etcd_client::Client, EtcdClientConfig) {
         let config = self
             .flags(Some(("flotilla", &self.password_file)), PREFIX)
             .client_config()
             .unwrap();
-        (config.connect().await.unwrap(), config)
+        (config.connect(fleet).await.unwrap(), config)
     }
 }
 
@@ -181,7 +181,7 @@ async fn a_fleet_reconciles_through_an_etcd_with_client_tls_and_a_user_limited_t
     worker_args.extend(strs(&args));
     let _w0 = fleet.worker("flotilla", "w0", &worker_args);
 
-    let (etcd, config) = secure.flotilla_client().await;
+    let (etcd, config) = secure.flotilla_client(&fleet.name).await;
     let keys = config.fleet_keys(&fleet.name);
     let owner = wait_for(
         Duration::from_secs(60),
@@ -215,7 +215,7 @@ async fn a_fleet_reconciles_through_an_etcd_with_client_tls_and_a_user_limited_t
         .flags(Some(("root", &root_password)), "/flotilla")
         .client_config()
         .unwrap()
-        .connect()
+        .connect(&fleet.name)
         .await
         .unwrap();
     let everything = root
@@ -281,14 +281,14 @@ async fn a_wrong_password_or_a_client_without_a_certificate_is_refused_naming_th
         .flags(Some(("flotilla", &secure.password_file)), "/flotilla")
         .client_config()
         .unwrap()
-        .connect()
+        .connect("prod")
         .await
         .err()
         .expect("the role covers only /tenants/a/");
     assert!(
         outside
             .to_string()
-            .contains("denied user \"flotilla\" access to /flotilla/"),
+            .contains("denied user \"flotilla\" access to /flotilla/prod/"),
         "{outside}"
     );
 }

@@ -436,21 +436,23 @@ impl EtcdClientConfig {
     /// user etcd-client authenticates at once.
     async fn connect_lazily(&self) -> Result<Client, EtcdConnectError> {
         self.validate()?;
+        let range = format!("{}/", self.prefix());
         Client::connect(&self.endpoints, Some(self.connect_options()))
             .await
-            .map_err(|err| self.classify(&err))
+            .map_err(|err| self.classify(&err, &range))
     }
 
-    /// Connects and reads one key under the prefix, so that a wrong certificate, password or role
-    /// fails here, with an error naming the flag to fix, rather than as retries in a log. An etcd that
-    /// does not answer fails it too: a process starts only once its etcd serves it, and its
-    /// supervisor restarts it meanwhile (as kube-apiserver does); later outages are ridden out.
+    /// Connects and reads one key of fleet `fleet` (the range `<prefix>/<fleet>/`, all a role granted
+    /// to that one fleet covers), so that a wrong certificate, password or role fails here, with an
+    /// error naming the flag to fix, rather than as retries in a log. An etcd that does not answer
+    /// fails it too: a process starts only once its etcd serves it, and its supervisor restarts it
+    /// meanwhile (as kube-apiserver does); later outages are ridden out.
     ///
     /// # Errors
     /// See [`EtcdConnectError`]; etcd not answering within 10 s is [`EtcdConnectError::Unreachable`].
-    pub async fn connect(&self) -> Result<Client, EtcdConnectError> {
+    pub async fn connect(&self, fleet: &str) -> Result<Client, EtcdConnectError> {
         let mut client = self.connect_lazily().await?;
-        let range = format!("{}/", self.prefix());
+        let range = self.fleet_keys(fleet).root().to_owned();
         let probe = client.get(
             range.as_str(),
             Some(
@@ -462,7 +464,7 @@ impl EtcdClientConfig {
         );
         match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
             Ok(Ok(_)) => Ok(client),
-            Ok(Err(err)) => Err(self.classify(&err)),
+            Ok(Err(err)) => Err(self.classify(&err, &range)),
             Err(_) => Err(EtcdConnectError::Unreachable {
                 endpoints: self.endpoints.join(","),
                 hint: "",
@@ -471,8 +473,8 @@ impl EtcdClientConfig {
         }
     }
 
-    /// Turns etcd-client's error into one that says which flag to look at.
-    fn classify(&self, err: &etcd_client::Error) -> EtcdConnectError {
+    /// Turns etcd-client's error, met reading `range`, into one that says which flag to look at.
+    fn classify(&self, err: &etcd_client::Error, range: &str) -> EtcdConnectError {
         let endpoints = self.endpoints.join(",");
         if let etcd_client::Error::GRpcStatus(status) = err {
             let message = status.message().to_owned();
@@ -490,7 +492,7 @@ impl EtcdClientConfig {
                         || "an anonymous client".to_owned(),
                         |u| format!("user {u:?}"),
                     ),
-                    range: format!("{}/", self.prefix()),
+                    range: range.to_owned(),
                     message,
                 };
             }

@@ -66,7 +66,7 @@ impl Worker {
     ) -> Result<Self, WorkerError> {
         config.validate()?;
         check_controllers(&controllers)?;
-        let etcd = config.etcd.connect().await?;
+        let etcd = config.etcd.connect(&config.fleet).await?;
         let kinds = KindTable::new(
             controllers
                 .iter()
