@@ -33,6 +33,10 @@ const POD_NAME: &str = "flotilla-builtins-worker-5d9c7b6f4-x7k2p";
 /// instead.
 const TLS_DIR: &str = "/etc/flotilla/tls";
 
+/// Where the chart mounts the etcd client TLS Secret and the etcd password; `--check-config` reads the
+/// test CA's files (`ca.crt`, `tls.crt`, `tls.key`) and a test `password` there instead.
+const ETCD_DIRS: [&str; 2] = ["/etc/flotilla/etcd-tls", "/etc/flotilla/etcd-auth"];
+
 /// The parts of a cert-manager Certificate the chart writes; unknown fields are refused.
 #[derive(serde::Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -229,6 +233,7 @@ async fn every_rendered_container_command_passes_check_config() {
     // as --check-config only loads them.
     let pki = crate::pki::Pki::new();
     pki.server("tls");
+    std::fs::write(pki.dir().join("password"), "etcd-password\n").unwrap();
     let tls_dir = pki.dir().to_str().unwrap();
     let mut checked = 0;
     for render in &renders {
@@ -238,7 +243,14 @@ async fn every_rendered_container_command_passes_check_config() {
             for container in &pod.containers {
                 let argv: Vec<String> = argv(container)
                     .iter()
-                    .map(|a| a.replace("$(POD_NAME)", POD_NAME).replace(TLS_DIR, tls_dir))
+                    .map(|a| {
+                        ETCD_DIRS
+                            .iter()
+                            .fold(a.replace("$(POD_NAME)", POD_NAME), |a, dir| {
+                                a.replace(dir, tls_dir)
+                            })
+                            .replace(TLS_DIR, tls_dir)
+                    })
                     .collect();
                 let (program, args) = argv.split_first().unwrap_or_else(|| {
                     panic!("{}: {} has no command", render.name, name_of(deployment))
