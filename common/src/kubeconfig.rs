@@ -57,3 +57,18 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Kube
     let config = kube_config(kubeconfig).await?;
     kube::Client::try_from(config).map_err(KubeConfigError::Client)
 }
+
+/// Builds a client from [`kube_config`] that counts every request it sends into `requests`.
+///
+/// # Errors
+/// See [`KubeConfigError`].
+pub async fn counted_kube_client(
+    kubeconfig: Option<&Path>,
+    requests: crate::RequestCounter,
+) -> Result<kube::Client, KubeConfigError> {
+    let config = kube_config(kubeconfig).await?;
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(KubeConfigError::Client)?;
+    Ok(builder
+        .with_layer(&crate::RequestCountLayer::new(requests))
+        .build())
+}

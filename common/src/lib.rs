@@ -3,6 +3,7 @@
 //! logging set-up and shutdown signals; and, re-exported from `flotilla-apimachinery`, the Kubernetes
 //! vocabulary (kinds, keys, label selectors, reasons).
 
+mod api_verb;
 mod duration;
 mod etcd;
 mod keys;
@@ -11,12 +12,14 @@ mod log_limiter;
 mod names;
 mod ops_server;
 mod process_metrics;
+mod request_count;
 mod shutdown;
 mod telemetry;
 pub mod tls;
 mod trace_context;
 mod trace_export;
 
+pub use api_verb::verb_and_resource;
 pub use duration::{DurationError, parse_duration};
 pub use etcd::{
     DEFAULT_ETCD_PREFIX, Elected, Election, ElectionError, EtcdClientConfig, EtcdConnectError,
@@ -24,11 +27,12 @@ pub use etcd::{
     connect_etcd, register_session_metrics,
 };
 pub use keys::FleetKeys;
-pub use kubeconfig::{KubeConfigError, kube_client, kube_config};
+pub use kubeconfig::{KubeConfigError, counted_kube_client, kube_client, kube_config};
 pub use log_limiter::{LogLimiter, Verdict};
 pub use names::{validate_label, validate_subdomain};
 pub use ops_server::{Health, OpsServer, OpsServerError};
 pub use process_metrics::register_process_metrics;
+pub use request_count::{RequestCountLayer, RequestCounter};
 pub use shutdown::shutdown_signal;
 pub use telemetry::{LogFormat, Telemetry, init_logging, init_telemetry};
 pub use trace_context::{TraceContext, tracing_enabled};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use etcd_client::GetOptions;
 use flotilla_common::{
-    Election, Health, LeaderInfo, OpsServer, Session, SessionConfig, kube_client,
+    Election, Health, LeaderInfo, OpsServer, Session, SessionConfig, counted_kube_client,
 };
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
@@ -72,7 +72,9 @@ impl Coordinator {
     pub async fn start(mut config: CoordinatorConfig) -> Result<Self, CoordinatorError> {
         config.validate()?;
         let etcd = config.etcd.connect(&config.fleet).await?;
-        let kube = kube_client(config.kubeconfig.as_deref()).await?;
+        // The informers' lists and watches, counted as a worker's requests are (`rest_client_requests`).
+        let api_requests = flotilla_common::RequestCounter::default();
+        let kube = counted_kube_client(config.kubeconfig.as_deref(), api_requests.clone()).await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| CoordinatorError::Listen {
@@ -101,6 +103,7 @@ impl Coordinator {
         let queue_metrics = QueueMetricsFamilies::register(&mut registry);
         metrics.master_status(&config.fleet).set(0);
         flotilla_common::register_process_metrics(&mut registry);
+        api_requests.register(&mut registry);
         flotilla_common::register_session_metrics(&mut registry);
         let informers = Informers::scoped(
             kube,

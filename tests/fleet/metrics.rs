@@ -54,6 +54,11 @@ const COORDINATOR: &[(&str, &[&str])] = &[
     ("flotilla_read_your_writes_held_total", &[]),
     ("flotilla_read_your_writes_released_total", &[]),
     ("flotilla_read_your_writes_expired_total", &[]),
+    ("rest_client_requests_total", &["code", "method"]),
+    (
+        "flotilla_kube_requests_total",
+        &["verb", "resource", "code"],
+    ),
 ];
 
 /// Families of a worker.

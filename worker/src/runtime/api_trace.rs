@@ -15,7 +15,7 @@ use http::{Request, Response};
 use tower::{Layer, Service};
 use tracing::{Instrument, field, info_span};
 
-use super::api_verb::verb_and_resource;
+use flotilla_common::verb_and_resource;
 
 /// Wraps each request in a `kube_api` client span while tracing is on.
 #[derive(Clone, Copy, Default)]

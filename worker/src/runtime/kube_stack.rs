@@ -21,7 +21,7 @@ use tower::{BoxError, ServiceBuilder};
 use super::api_trace::ApiTraceLayer;
 use super::rate_limit::{RateLimitLayer, TokenBucket};
 use super::recording::{KindTable, RecordingLayer};
-use super::request_count::{RequestCountLayer, RequestCounter};
+use flotilla_common::{RequestCountLayer, RequestCounter};
 
 /// Response body of the shared stack.
 pub(crate) type HttpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;

@@ -9,7 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::request_count::RequestCounter;
+use flotilla_common::RequestCounter;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
@@ -112,18 +112,7 @@ impl Metrics {
             "1 while the worker has a welcomed stream to the leader",
             metrics.connected.clone(),
         );
-        registry.register(
-            // client-go's name (`_total` is appended), so kube-controller-manager dashboards apply.
-            "rest_client_requests",
-            "Kubernetes API requests sent, by method and status code (<error>: no response)",
-            metrics.api_requests.by_method.clone(),
-        );
-        registry.register(
-            "flotilla_kube_requests",
-            "Kubernetes API requests sent, by verb, resource (with subresource) and status code, as \
-             kube-apiserver's apiserver_request_total labels them",
-            metrics.api_requests.by_verb.clone(),
-        );
+        metrics.api_requests.register(registry);
         metrics
     }
 

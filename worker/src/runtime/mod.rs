@@ -4,7 +4,6 @@
 //! rate-limited Kubernetes clients and the gRPC cache backend.
 
 mod api_trace;
-mod api_verb;
 mod cache_client;
 mod config;
 mod connection;
@@ -17,7 +16,6 @@ mod metrics;
 mod outbox;
 mod rate_limit;
 mod recording;
-mod request_count;
 mod selection;
 mod wire;
 mod worker;

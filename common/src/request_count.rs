@@ -1,4 +1,4 @@
-//! Counts the worker's Kubernetes API requests by method and response code, under client-go's name
+//! Counts a process's Kubernetes API requests by method and response code, under client-go's name
 //! `rest_client_requests_total`, so a fleet's request budget can be read off `/metrics` and compared
 //! with kube-controller-manager's; and by Kubernetes verb, resource and code
 //! (`flotilla_kube_requests_total`, labelled as kube-apiserver's `apiserver_request_total`), to see
@@ -9,7 +9,7 @@
 //! counts when it is established, as in client-go. A request whose future is dropped before either is
 //! not counted. Labels stay low-cardinality: the method (`GET`, `POST`, …) and the status code, or
 //! `<error>` when no response came back (client-go's label for transport errors); client-go's `host`
-//! label is left out because a worker talks to one API server.
+//! label is left out because a process talks to one API server.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,11 +21,11 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tower::{Layer, Service};
 
-use super::api_verb::verb_and_resource;
+use crate::api_verb::verb_and_resource;
 
 /// Labels of `rest_client_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct RequestLabels {
+pub struct RequestLabels {
     /// The HTTP status code as digits, or `<error>`.
     code: String,
     /// The HTTP method, upper case.
@@ -34,7 +34,7 @@ pub(crate) struct RequestLabels {
 
 /// Labels of `flotilla_kube_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct VerbLabels {
+pub struct VerbLabels {
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection` or `other`.
     verb: String,
     /// The resource, with its subresource: `pods`, `deployments/status`.
@@ -45,11 +45,29 @@ pub(crate) struct VerbLabels {
 
 /// The two counter families; cheap to clone, clones count into the same series.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct RequestCounter {
+pub struct RequestCounter {
     /// `rest_client_requests_total`.
-    pub(crate) by_method: Family<RequestLabels, Counter>,
+    pub by_method: Family<RequestLabels, Counter>,
     /// `flotilla_kube_requests_total`.
-    pub(crate) by_verb: Family<VerbLabels, Counter>,
+    pub by_verb: Family<VerbLabels, Counter>,
+}
+
+impl RequestCounter {
+    /// Registers both families in `registry`, under client-go's and kube-apiserver's names.
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            // client-go's name (`_total` is appended), so kube-controller-manager dashboards apply.
+            "rest_client_requests",
+            "Kubernetes API requests sent, by method and status code (<error>: no response)",
+            self.by_method.clone(),
+        );
+        registry.register(
+            "flotilla_kube_requests",
+            "Kubernetes API requests sent, by verb, resource (with subresource) and status code, as \
+             kube-apiserver's apiserver_request_total labels them",
+            self.by_verb.clone(),
+        );
+    }
 }
 
 /// The `code` label of a request that ended without a response.
@@ -57,12 +75,13 @@ const ERROR_CODE: &str = "<error>";
 
 /// Counts every request that passes through into a shared [`RequestCounter`].
 #[derive(Clone)]
-pub(crate) struct RequestCountLayer {
+pub struct RequestCountLayer {
     requests: RequestCounter,
 }
 
 impl RequestCountLayer {
-    pub(crate) fn new(requests: RequestCounter) -> Self {
+    /// A layer counting into `requests`.
+    pub fn new(requests: RequestCounter) -> Self {
         Self { requests }
     }
 }
@@ -80,7 +99,7 @@ impl<S> Layer<S> for RequestCountLayer {
 
 /// The service of [`RequestCountLayer`].
 #[derive(Clone)]
-pub(crate) struct RequestCount<S> {
+pub struct RequestCount<S> {
     inner: S,
     requests: RequestCounter,
 }

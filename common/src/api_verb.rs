@@ -7,7 +7,7 @@ use http::{Method, Uri};
 
 /// The verb and resource of a request; `("other", "")` for paths that name no resource (discovery,
 /// `/version`).
-pub(crate) fn verb_and_resource(method: &Method, uri: &Uri) -> (&'static str, String) {
+pub fn verb_and_resource(method: &Method, uri: &Uri) -> (&'static str, String) {
     let mut parts = uri.path().trim_matches('/').split('/');
     // `/api/v1/…` or `/apis/<group>/<version>/…`.
     let rest: Vec<&str> = match parts.next() {
