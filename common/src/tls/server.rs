@@ -91,23 +91,28 @@ impl ServerTls {
                     let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.current());
                     let tx = tx.clone();
                     let refused = refused.clone();
-                    tokio::spawn(async move {
-                        let handshake =
-                            tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
-                        match handshake {
-                            Ok(Ok(stream)) => {
-                                let _ = tx.send(Ok(stream)).await;
-                            }
-                            Ok(Err(err)) => refused(peer, &err),
-                            Err(_) => refused(
-                                peer,
-                                &std::io::Error::new(
-                                    std::io::ErrorKind::TimedOut,
-                                    "TLS handshake timed out",
+                    // Bounded by the handshake timeout, and its result goes nowhere once the server
+                    // stopped (the send fails), so it needs no stop signal of its own.
+                    tokio::spawn(
+                        async move {
+                            let handshake =
+                                tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+                            match handshake {
+                                Ok(Ok(stream)) => {
+                                    let _ = tx.send(Ok(stream)).await;
+                                }
+                                Ok(Err(err)) => refused(peer, &err),
+                                Err(_) => refused(
+                                    peer,
+                                    &std::io::Error::new(
+                                        std::io::ErrorKind::TimedOut,
+                                        "TLS handshake timed out",
+                                    ),
                                 ),
-                            ),
+                            }
                         }
-                    });
+                        .instrument(info_span!("tls_handshake", %peer)),
+                    );
                 }
             }
             .instrument(info_span!("tls_accept")),
