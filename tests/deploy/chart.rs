@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use flotilla_sdk::k8s_openapi::api::apps::v1::Deployment;
+use flotilla_sdk::k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use flotilla_sdk::k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use flotilla_sdk::k8s_openapi::api::core::v1::{Container, Service, ServiceAccount};
 use flotilla_sdk::k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -160,6 +160,10 @@ fn parse_render(file: &std::path::Path) -> Render {
                 render.service_accounts.push(typed(&document, &at))
             }
             (Some("v1"), Some("Service")) => counted::<Service>(&mut render, &document, &at),
+            // The bundled etcd (etcd.bundled.enabled).
+            (Some("apps/v1"), Some("StatefulSet")) => {
+                counted::<StatefulSet>(&mut render, &document, &at)
+            }
             (Some("policy/v1"), Some("PodDisruptionBudget")) => {
                 counted::<PodDisruptionBudget>(&mut render, &document, &at)
             }

@@ -6,6 +6,47 @@ a file, never a flag. The processes read both at start-up: a rotated certificate
 rolling restart.
 */}}
 
+{{/* The bundled etcd's StatefulSet, Service and Secret prefix: `<fullname>-etcd`. */}}
+{{- define "flotilla.etcdBundledName" -}}
+{{- printf "%s-etcd" (include "flotilla.fullname" .) }}
+{{- end }}
+
+{{/* The labels that select the bundled etcd's pods. */}}
+{{- define "flotilla.etcdSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "flotilla.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: etcd
+{{- end }}
+
+{{/* Every label of the bundled etcd's resources. */}}
+{{- define "flotilla.etcdLabels" -}}
+helm.sh/chart: {{ include "flotilla.chart" . }}
+{{ include "flotilla.etcdSelectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: flotilla
+{{- end }}
+
+{{/* The endpoints the fleets use, as a YAML list: etcd.endpoints, or the bundled members'. */}}
+{{- define "flotilla.etcdEndpoints" -}}
+{{- if .Values.etcd.bundled.enabled }}
+{{- $name := include "flotilla.etcdBundledName" . }}
+{{- range $i := until (int .Values.etcd.bundled.replicas) }}
+- {{ printf "https://%s-%d.%s.%s.svc:2379" $name $i $name $.Release.Namespace }}
+{{- end }}
+{{- else }}
+{{- toYaml .Values.etcd.endpoints }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret with the fleets' etcd CA and client certificate, or nothing. */}}
+{{- define "flotilla.etcdTlsSecret" -}}
+{{- if .Values.etcd.bundled.enabled }}
+{{- printf "%s-client" (include "flotilla.etcdBundledName" .) }}
+{{- else }}
+{{- .Values.etcd.tls.existingSecret }}
+{{- end }}
+{{- end }}
+
 {{/* Where a pod finds the etcd TLS Secret's files. */}}
 {{- define "flotilla.etcdTlsDir" -}}
 /etc/flotilla/etcd-tls
@@ -19,6 +60,12 @@ rolling restart.
 {{/* Checks the etcd values once per render (called by flotilla.etcdArgs). */}}
 {{- define "flotilla.etcdCheck" -}}
 {{- $etcd := .Values.etcd }}
+{{- if and $etcd.bundled.enabled $etcd.endpoints }}
+{{- fail "etcd.endpoints and etcd.bundled.enabled exclude each other: the fleets use the bundled members" }}
+{{- end }}
+{{- if and $etcd.bundled.enabled $etcd.tls.existingSecret }}
+{{- fail "etcd.tls.existingSecret and etcd.bundled.enabled exclude each other: the fleets use the bundled etcd's client Secret" }}
+{{- end }}
 {{- range $etcd.endpoints }}
 {{- if and $etcd.tls.existingSecret (not (hasPrefix "https://" .)) }}
 {{- fail (printf "etcd.endpoints: %s must be https:// when etcd.tls.existingSecret is set" .) }}
@@ -41,10 +88,10 @@ rolling restart.
 {{- $etcd := .Values.etcd -}}
 - {{ include "flotilla.etcdArg" . | quote }}
 - --etcd-prefix={{ $etcd.prefix }}
-{{- if $etcd.tls.existingSecret }}
+{{- if include "flotilla.etcdTlsSecret" . }}
 {{- $dir := include "flotilla.etcdTlsDir" . }}
 - --etcd-cafile={{ $dir }}/ca.crt
-{{- if $etcd.tls.clientCertificate }}
+{{- if or $etcd.tls.clientCertificate $etcd.bundled.enabled }}
 - --etcd-certfile={{ $dir }}/tls.crt
 - --etcd-keyfile={{ $dir }}/tls.key
 {{- end }}
@@ -66,7 +113,7 @@ rolling restart.
 
 {{/* The etcd volume mounts of a container (root context), or nothing. */}}
 {{- define "flotilla.etcdVolumeMounts" -}}
-{{- if .Values.etcd.tls.existingSecret }}
+{{- if include "flotilla.etcdTlsSecret" . }}
 - name: etcd-tls
   mountPath: {{ include "flotilla.etcdTlsDir" . }}
   readOnly: true
@@ -81,17 +128,17 @@ rolling restart.
 {{/* The etcd volumes of a pod (root context), or nothing. Files are readable by the pod's fsGroup
 only: the key and the password are secrets even inside the pod. */}}
 {{- define "flotilla.etcdVolumes" -}}
-{{- if .Values.etcd.tls.existingSecret }}
+{{- if include "flotilla.etcdTlsSecret" . }}
 - name: etcd-tls
   secret:
-    secretName: {{ .Values.etcd.tls.existingSecret }}
-    defaultMode: 0440
+    secretName: {{ include "flotilla.etcdTlsSecret" . }}
+    defaultMode: 288 # 0440, written in decimal: YAML 1.1 and 1.2 read 0440 differently
 {{- end }}
 {{- if .Values.etcd.auth.existingSecret }}
 - name: etcd-auth
   secret:
     secretName: {{ .Values.etcd.auth.existingSecret }}
-    defaultMode: 0440
+    defaultMode: 288 # 0440, written in decimal: YAML 1.1 and 1.2 read 0440 differently
     items:
       - key: {{ .Values.etcd.auth.passwordKey }}
         path: password

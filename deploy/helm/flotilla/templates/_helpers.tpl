@@ -115,15 +115,15 @@ a worker grace period the pod's termination would cut short.
 {{- end }}
 {{- $fleets = append $fleets $fleet }}
 {{- end }}
-{{- if not .Values.etcd.endpoints }}
-{{- fail "etcd.endpoints is required: an etcd of your own (never the cluster's)" }}
+{{- if not (or .Values.etcd.endpoints .Values.etcd.bundled.enabled) }}
+{{- fail "etcd.endpoints is required: an etcd of your own (never the cluster's), or etcd.bundled.enabled" }}
 {{- end }}
 {{- toYaml (dict "fleets" $fleets) }}
 {{- end }}
 
 {{/* `--etcd-endpoints=<comma list>`. */}}
 {{- define "flotilla.etcdArg" -}}
---etcd-endpoints={{ join "," .Values.etcd.endpoints }}
+--etcd-endpoints={{ join "," (include "flotilla.etcdEndpoints" . | fromYamlArray) }}
 {{- end }}
 
 {{/* The env every container gets. */}}
