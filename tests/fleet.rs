@@ -30,7 +30,7 @@ mod fleet {
     mod shared_cluster;
     mod status_watch;
     mod term_failures;
-    mod up;
     mod tracing;
+    mod up;
     mod worker_loss;
 }

@@ -93,9 +93,8 @@ async fn object_body(
 async fn delete_options_body(content_type: &str, body: Body) -> Result<Vec<u8>, ApiError> {
     let bytes = read_body(body).await?;
     if content_type == protobuf::MEDIA_TYPE {
-        return protobuf::delete_options_to_json(&bytes).map_err(|e| {
-            ApiError::bad_request(format!("error decoding DeleteOptions: {e}"))
-        });
+        return protobuf::delete_options_to_json(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")));
     }
     let json =
         content_type.is_empty() || content_type == "application/json" || content_type == "*/*";

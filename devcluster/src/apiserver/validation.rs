@@ -210,7 +210,10 @@ pub fn horizontal_pod_autoscaler(obj: &Value) -> Vec<Cause> {
     let spec = &obj["spec"];
     let mut causes = Vec::new();
     for field in ["kind", "name"] {
-        if spec["scaleTargetRef"][field].as_str().is_none_or(str::is_empty) {
+        if spec["scaleTargetRef"][field]
+            .as_str()
+            .is_none_or(str::is_empty)
+        {
             causes.push(Cause::required(&format!("spec.scaleTargetRef.{field}"), ""));
         }
     }
