@@ -126,10 +126,21 @@ a worker grace period the pod's termination would cut short.
 --etcd-endpoints={{ join "," (include "flotilla.etcdEndpoints" . | fromYamlArray) }}
 {{- end }}
 
-{{/* The env every container gets. */}}
+{{/* The env every container gets: the pod's name and namespace from the downward API (a worker's
+`--worker-id=$(POD_NAME)…`, and the traces' k8s.pod.name / k8s.namespace.name), and the OTLP export. */}}
 {{- define "flotilla.env" -}}
-{{- if .Values.otlp.endpoint -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- if .Values.otlp.endpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ .Values.otlp.endpoint | quote }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .Values.otlp.sampleRatio | toString | quote }}
 {{- end }}
 {{- end }}
