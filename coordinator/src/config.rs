@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn a_renew_deadline_at_or_above_the_lease_duration_is_refused() {
-        let mut c = CoordinatorConfig::new("f", vec!["e".into()]);
+        let mut c = CoordinatorConfig::new("f", vec!["http://e:2379".into()]);
         c.renew_deadline = c.lease_duration;
         assert!(
             c.validate()
@@ -210,14 +210,14 @@ mod tests {
 
     #[test]
     fn a_retry_period_at_or_above_the_renew_deadline_is_refused() {
-        let mut c = CoordinatorConfig::new("f", vec!["e".into()]);
+        let mut c = CoordinatorConfig::new("f", vec!["http://e:2379".into()]);
         c.retry_period = c.renew_deadline;
         assert!(c.validate().is_err());
     }
 
     #[test]
     fn an_empty_or_malformed_namespace_list_is_refused() {
-        let mut c = CoordinatorConfig::new("f", vec!["e".into()]);
+        let mut c = CoordinatorConfig::new("f", vec!["http://e:2379".into()]);
         c.namespaces = NamespaceScope::Names(Default::default());
         assert!(c.validate().unwrap_err().0.contains("--namespaces"));
         c.namespaces = NamespaceScope::Names(["Bad".to_owned()].into());
@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn zero_shards_are_refused() {
-        let mut c = CoordinatorConfig::new("f", vec!["e".into()]);
+        let mut c = CoordinatorConfig::new("f", vec!["http://e:2379".into()]);
         c.shards = 0;
         assert!(c.validate().unwrap_err().0.contains("--shards"));
     }

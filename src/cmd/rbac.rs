@@ -124,7 +124,7 @@ mod tests {
         assert_eq!(
             names(&worker),
             [
-                "apps/deployments: get,patch",
+                "apps/deployments: get",
                 "apps/deployments/finalizers: update",
                 "apps/deployments/status: update",
                 "apps/replicasets: create,delete,get,patch,update",
