@@ -35,7 +35,7 @@ pub use process_metrics::register_process_metrics;
 pub use request_count::{RequestCountLayer, RequestCounter};
 pub use shutdown::shutdown_signal;
 pub use telemetry::{LogFormat, Telemetry, init_logging, init_telemetry};
-pub use trace_context::{TraceContext, tracing_enabled};
+pub use trace_context::{TRACE_TARGET, TraceContext, sample_new_trace, tracing_enabled};
 pub use trace_export::{OtlpProtocol, ServiceIdentity, TraceExportError, TraceFlags};
 
 // The shared Kubernetes vocabulary, re-exported so both roles keep naming it `flotilla_common::…`.

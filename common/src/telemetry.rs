@@ -9,7 +9,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::trace_context::set_tracing_enabled;
+use crate::trace_context::{TRACE_TARGET, set_sample_ratio, set_tracing_enabled};
 use crate::trace_export::{ServiceIdentity, TraceExportError, TraceFlags, provider, tracer};
 
 /// How log lines are written.
@@ -76,6 +76,7 @@ pub fn init_telemetry(
     };
     let installed = install(format, provider.as_ref());
     let provider = provider.filter(|_| installed);
+    set_sample_ratio(traces.trace_sample_ratio);
     set_tracing_enabled(provider.is_some());
     if let Some(provider) = &provider {
         opentelemetry::global::set_tracer_provider(provider.clone());
@@ -108,6 +109,11 @@ fn install(format: LogFormat, provider: Option<&SdkTracerProvider>) -> bool {
             // Span fields only: which thread or source line ran a span says nothing to an operator.
             .with_location(false)
             .with_threads(false)
+            // Only sampled traces' spans (see `trace_context`): a static per-callsite filter, so every
+            // other span costs the exporter nothing.
+            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                meta.target() == TRACE_TARGET
+            }))
     });
     tracing_subscriber::registry()
         .with(filter)

@@ -4,8 +4,12 @@
 //! Only *sampled* contexts are ever made: an unsampled watch event carries nothing, so everything on
 //! the key path that holds an `Option<TraceContext>` holds `None` when tracing is off or the event was
 //! not sampled, and allocates nothing.
+//!
+//! The sampling decision is made *before* a trace's first span exists ([`sample_new_trace`]), and only
+//! spans of [`TRACE_TARGET`] reach the exporter: an unsampled key makes no span the exporter sees, so
+//! its cost with tracing on is that of tracing off (one random draw where a trace could start).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -21,6 +25,29 @@ pub fn tracing_enabled() -> bool {
 
 pub(crate) fn set_tracing_enabled(on: bool) {
     EXPORTING.store(on, Ordering::Relaxed);
+}
+
+/// The `tracing` target of every span that is exported; spans of other targets (task spans, log
+/// context) stay in the logs. A span of this target must be a sampled trace's: a root that
+/// [`sample_new_trace`] kept, or a child of such a span.
+pub const TRACE_TARGET: &str = "flotilla::trace";
+
+/// The share of new traces kept, as `f64` bits; set by [`crate::init_telemetry`].
+static RATIO: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn set_sample_ratio(ratio: f64) {
+    RATIO.store(ratio.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
+}
+
+/// Whether a trace may start here: tracing is on and a draw against `--trace-sample-ratio` keeps it.
+/// Called once where a trace is born (a watch event, a request, a reconcile with no parent), before any
+/// span of [`TRACE_TARGET`] is made for it.
+pub fn sample_new_trace() -> bool {
+    if !tracing_enabled() {
+        return false;
+    }
+    let ratio = f64::from_bits(RATIO.load(Ordering::Relaxed));
+    ratio >= 1.0 || (ratio > 0.0 && rand::random::<f64>() < ratio)
 }
 
 /// The W3C trace context of a sampled span: trace id, span id, flags (always sampled). 25 bytes, `Copy`.

@@ -209,9 +209,10 @@ pub(crate) fn provider(
         }
     }
     .map_err(TraceExportError::Exporter)?;
-    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-        flags.trace_sample_ratio,
-    )));
+    // The ratio is applied where a trace is born, before its first span exists
+    // (`trace_context::sample_new_trace`): a root that reaches the SDK was kept already, and children
+    // follow their parent's decision (parent-based sampling, the remote one's too).
+    let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
     Ok(SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_sampler(sampler)

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use flotilla_common::tracing_enabled;
+use flotilla_common::{TRACE_TARGET, tracing_enabled};
 use http::{Request, Response};
 use tower::{Layer, Service};
 use tracing::{Instrument, field, info_span};
@@ -49,11 +49,17 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        if !tracing_enabled() {
+        // A span only under an exported reconcile: one of a log-only reconcile would be a root of its own.
+        let exported = tracing_enabled()
+            && tracing::Span::current()
+                .metadata()
+                .is_some_and(|meta| meta.target() == TRACE_TARGET);
+        if !exported {
             return Box::pin(self.inner.call(request));
         }
         let (verb, resource) = verb_and_resource(request.method(), request.uri());
         let span = info_span!(
+            target: TRACE_TARGET,
             "kube_api",
             otel.name = format!("{verb} {resource}"),
             otel.kind = "client",

@@ -12,7 +12,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_common::{Election, FleetKeys, Health, Leadership, Session, tracing_enabled};
+use flotilla_common::{
+    Election, FleetKeys, Health, Leadership, Session, TRACE_TARGET, sample_new_trace,
+};
 use flotilla_proto as proto;
 use flotilla_sdk::host::{CacheSlot, ControllerEnv, WorkItem, Write, WriteJournal};
 use flotilla_sdk::{Context, DynController};
@@ -22,6 +24,25 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
+
+/// The `reconcile` span of `item` on `worker`, of the given target (exported) or the default one.
+macro_rules! reconcile_span {
+    ($(target: $target:expr,)? parent: $parent:expr, $item:expr, $worker:expr) => {
+        info_span!(
+            $(target: $target,)?
+            parent: $parent,
+            "reconcile",
+            controller = %$item.controller,
+            key = %$item.key,
+            shard = $item.shard,
+            term = $item.term,
+            worker = %$worker,
+            attempt = $item.attempt,
+            reason = %$item.reason,
+            outcome = tracing::field::Empty,
+        )
+    };
+}
 
 use super::cache_client::GrpcCache;
 use super::config::WorkerConfig;
@@ -595,26 +616,17 @@ impl<'a> SessionRun<'a> {
         let Some(slot) = self.shared.controllers.get(&item.controller) else {
             return;
         };
-        // Exported, a reconcile is its own trace's root or the child of the leader's dispatch span —
-        // never of this session's span, which would make every reconcile one endless trace; in logs it
-        // stays under the session span.
-        let parent = if tracing_enabled() {
-            None
+        // Exported — the child of the leader's dispatch span, or (a retry, a key the leader did not
+        // trace) a root the sampler keeps — a reconcile is a span of the trace target with no `tracing`
+        // parent: under this session's span every reconcile would join one endless trace. Otherwise it
+        // is a log span under the session span, which the exporter never sees.
+        let traced = item.trace.as_ref().is_some_and(|t| t.parent.is_some()) || sample_new_trace();
+        let span = if traced {
+            reconcile_span!(target: TRACE_TARGET, parent: None, item, self.shared.worker_id)
         } else {
-            tracing::Span::current().id()
+            let parent = tracing::Span::current().id();
+            reconcile_span!(parent: parent, item, self.shared.worker_id)
         };
-        let span = info_span!(
-            parent: parent,
-            "reconcile",
-            controller = %item.controller,
-            key = %item.key,
-            shard = item.shard,
-            term = item.term,
-            worker = %self.shared.worker_id,
-            attempt = item.attempt,
-            reason = %item.reason,
-            outcome = tracing::field::Empty,
-        );
         if let Some(trace) = &item.trace {
             if let Some(dispatch) = &trace.parent {
                 dispatch.set_parent_of(&span);

@@ -4,10 +4,10 @@
 //! first such context) hands the trace to the worker as `Assign.traceparent`, with every coalesced
 //! event's context in `Assign.trace_links`.
 //!
-//! Nothing here runs unless [`tracing_enabled`]: with tracing off the key path makes no span and
-//! carries no context.
+//! Nothing here runs unless a trace was kept where it was born ([`sample_new_trace`]): with tracing off,
+//! or for an unsampled event, the key path makes no span and carries no context.
 
-use flotilla_common::{TraceContext, tracing_enabled};
+use flotilla_common::{TRACE_TARGET, TraceContext, sample_new_trace};
 use tracing::{Span, field, info_span};
 
 use crate::informer::CachedObject;
@@ -22,10 +22,11 @@ impl EventSpan {
     /// The root span of a watch event (`added`, `modified` or `deleted`) on `object`, if tracing is on
     /// and the sampler keeps it; `None` otherwise (an unsampled event carries nothing).
     pub(super) fn start(object: &CachedObject, event: &'static str) -> Option<Self> {
-        if !tracing_enabled() {
+        if !sample_new_trace() {
             return None;
         }
         let span = info_span!(
+            target: TRACE_TARGET,
             parent: None,
             "watch_event",
             kind = %object.kind,
@@ -40,10 +41,10 @@ impl EventSpan {
     /// The root span of a key enqueued on request (the admin API, a benchmark): that request is the
     /// key's cause, so its trace starts there, sampled as a watch event's is.
     pub(super) fn requested(controller: &str, key: &str) -> Option<Self> {
-        if !tracing_enabled() {
+        if !sample_new_trace() {
             return None;
         }
-        let span = info_span!(parent: None, "requested", controller, key);
+        let span = info_span!(target: TRACE_TARGET, parent: None, "requested", controller, key);
         TraceContext::of_span(&span)?;
         Some(Self { span })
     }
@@ -52,6 +53,7 @@ impl EventSpan {
     /// for the queue and the span, to record whether the add coalesced into a key already queued.
     pub(super) fn enqueue(&self, controller: &str, key: &str) -> (Span, Option<TraceContext>) {
         let span = info_span!(
+            target: TRACE_TARGET,
             parent: &self.span,
             "enqueue",
             controller,
@@ -82,6 +84,7 @@ pub(super) fn dispatch(traces: &TraceLinks, item: &Dispatched<'_>) -> (String, V
         return (String::new(), Vec::new());
     };
     let span = info_span!(
+        target: TRACE_TARGET,
         parent: None,
         "dispatch",
         controller = item.controller,
