@@ -25,6 +25,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::cache_client::GrpcCache;
+use super::config::WorkerConfig;
+use super::connection::Connection;
+use super::ledger::{Admission, Assigned, Ledger};
+use super::metrics::{ControllerMetrics, Metrics};
+use super::outbox::{FLUSH_INTERVAL, Outbox};
+use super::wire::{self, DoneOutcome};
+
 /// The `reconcile` span of `item` on `worker`, of the given target (exported) or the default one.
 macro_rules! reconcile_span {
     ($(target: $target:expr,)? parent: $parent:expr, $item:expr, $worker:expr) => {
@@ -43,14 +51,6 @@ macro_rules! reconcile_span {
         )
     };
 }
-
-use super::cache_client::GrpcCache;
-use super::config::WorkerConfig;
-use super::connection::Connection;
-use super::ledger::{Admission, Assigned, Ledger};
-use super::metrics::{ControllerMetrics, Metrics};
-use super::outbox::{FLUSH_INTERVAL, Outbox};
-use super::wire::{self, DoneOutcome};
 
 /// How long opening a stream to the leader may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
