@@ -7,7 +7,7 @@ fn obj(v: &mut Value) -> Option<&mut Map<String, Value>> {
 }
 
 /// Sets `key` to `value` unless present.
-fn dflt(m: &mut Map<String, Value>, key: &str, value: Value) {
+pub(super) fn dflt(m: &mut Map<String, Value>, key: &str, value: Value) {
     if !m.contains_key(key) || m.get(key) == Some(&Value::Null) {
         m.insert(key.to_string(), value);
     }

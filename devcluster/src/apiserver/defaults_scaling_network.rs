@@ -2,14 +2,9 @@
 //! networking.k8s.io/v1 NetworkPolicies, as kube-apiserver v1.36's defaulters and strategies set them
 //! (`pkg/apis/autoscaling/v2/defaults.go`, `pkg/apis/networking/v1/defaults.go`).
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-/// Sets `key` to `value` unless present (or null).
-fn dflt(m: &mut Map<String, Value>, key: &str, value: Value) {
-    if m.get(key).is_none_or(Value::is_null) {
-        m.insert(key.to_owned(), value);
-    }
-}
+use super::defaults::dflt;
 
 /// HPA defaults: `minReplicas` 1; no metrics means 80 % average CPU utilization; a `behavior` given in
 /// part gets upstream's scale-up and scale-down rules for what it leaves out.

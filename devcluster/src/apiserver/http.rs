@@ -78,12 +78,15 @@ async fn object_body(
             ))
         });
     }
-    let json =
-        content_type.is_empty() || content_type == "application/json" || content_type == "*/*";
-    if !json {
+    if !is_json(content_type) {
         return Err(ApiError::unsupported_body(info.custom));
     }
     read_body(body).await
+}
+
+/// Whether a request body of `content_type` is read as JSON (no type, JSON, or anything).
+fn is_json(content_type: &str) -> bool {
+    content_type.is_empty() || content_type == "application/json" || content_type == "*/*"
 }
 
 /// The body of a DELETE (its `DeleteOptions`), as JSON: a JSON body as sent, a protobuf one decoded.
@@ -96,9 +99,7 @@ async fn delete_options_body(content_type: &str, body: Body) -> Result<Vec<u8>, 
         return protobuf::delete_options_to_json(&bytes)
             .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")));
     }
-    let json =
-        content_type.is_empty() || content_type == "application/json" || content_type == "*/*";
-    if !json {
+    if !is_json(content_type) {
         return Err(ApiError::unsupported_body(false));
     }
     Ok(bytes)
