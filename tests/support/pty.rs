@@ -1,7 +1,10 @@
 //! A command run in a pseudo-terminal, driven as a user would: read what it draws, type Ctrl-C, see it
 //! exit. The pty comes from util-linux's `script` (in every Debian and Ubuntu base image, unlike tmux): it
 //! runs the command on a new pty (an unsized one: 0 columns), copies its own stdin to it and the pty's
-//! output to its stdout, and with `-e` exits with the command's status.
+//! output to its stdout, and with `-e` exits with the command's status. `script` starts the command
+//! through `$SHELL -c`; the line `exec`s it, so the command, not a shell, is the pty's foreground process.
+//! (A waiting dash — `/bin/sh` on Debian, used when `SHELL` is unset — dies of the SIGINT that Ctrl-C
+//! sends the whole foreground group, and `script` then reports 130 whatever the command did.)
 
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -27,11 +30,12 @@ fn quoted(arg: &str) -> String {
 impl Pty {
     /// Starts `program args…` in a new pty (`TERM=xterm`).
     pub fn spawn(program: &Path, args: &[String]) -> Self {
-        let line = std::iter::once(program.display().to_string())
+        let command = std::iter::once(program.display().to_string())
             .chain(args.iter().cloned())
             .map(|a| quoted(&a))
             .collect::<Vec<_>>()
             .join(" ");
+        let line = format!("exec {command}");
         let mut child = tokio::process::Command::new("script")
             .args(["-q", "-e", "-c", &line, "/dev/null"])
             .env("TERM", "xterm")
