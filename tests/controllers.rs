@@ -10,6 +10,7 @@ pub mod support;
 
 mod controllers {
     mod deployment;
+    mod events;
     mod garbagecollector;
     mod least_privilege;
     mod namespace;

@@ -24,6 +24,9 @@ pub struct Builtin {
     /// kube-controller-manager's canonical name of the same controller (`replicaset-controller`, …,
     /// from its `names` package), which its `--controllers` takes beside [`Self::name`] as an alias.
     pub kcm_name: &'static str,
+    /// The source kube-controller-manager's controller reports its Events as (`source.component`,
+    /// `reportingComponent`); ours reports the same.
+    pub event_source: &'static str,
     build: fn(&str) -> DynController,
     worker_rules: fn() -> Rules,
 }
@@ -31,7 +34,9 @@ pub struct Builtin {
 impl Builtin {
     /// The controller, at its default concurrency.
     pub fn controller(&self) -> DynController {
-        (self.build)(self.name).with_concurrency(self.default_concurrency)
+        (self.build)(self.name)
+            .with_concurrency(self.default_concurrency)
+            .with_event_source(self.event_source)
     }
 
     /// What the controller's reconcile asks of the Kubernetes API: the RBAC grants a worker running
@@ -47,6 +52,7 @@ pub fn builtins() -> &'static [Builtin] {
         Builtin {
             name: "serviceaccount",
             kcm_name: "serviceaccount-controller",
+            event_source: "serviceaccount-controller",
             flag: "serviceaccount",
             // kube-controller-manager runs this controller with one worker and has no flag for it
             // (`startServiceAccountController` calls `Run(ctx, 1)`;
@@ -59,6 +65,7 @@ pub fn builtins() -> &'static [Builtin] {
         Builtin {
             name: "replicaset",
             kcm_name: "replicaset-controller",
+            event_source: "replicaset-controller",
             flag: "replicaset",
             default_concurrency: 5,
             build: |name| replicaset::controller::<ReplicaSet>(name).into(),
@@ -67,6 +74,7 @@ pub fn builtins() -> &'static [Builtin] {
         Builtin {
             name: "deployment",
             kcm_name: "deployment-controller",
+            event_source: "deployment-controller",
             flag: "deployment",
             default_concurrency: 5,
             build: |name| deployment::controller(name).into(),
@@ -75,6 +83,7 @@ pub fn builtins() -> &'static [Builtin] {
         Builtin {
             name: "replicationcontroller",
             kcm_name: "replicationcontroller-controller",
+            event_source: "replication-controller",
             flag: "rc",
             default_concurrency: 5,
             build: |name| replicaset::controller::<ReplicationController>(name).into(),
@@ -83,6 +92,7 @@ pub fn builtins() -> &'static [Builtin] {
         Builtin {
             name: "garbagecollector",
             kcm_name: "garbage-collector-controller",
+            event_source: "garbage-collector-controller",
             flag: "gc",
             default_concurrency: 20,
             build: |name| garbagecollector::controller(name).into(),
@@ -91,6 +101,7 @@ pub fn builtins() -> &'static [Builtin] {
         Builtin {
             name: "namespace",
             kcm_name: "namespace-controller",
+            event_source: "namespace-controller",
             flag: "namespace",
             default_concurrency: 10,
             build: |name| namespace::controller(name).into(),

@@ -7,15 +7,13 @@ use bytes::Bytes;
 use flotilla_apimachinery::ResourceKind;
 use kube::Resource;
 use kube::api::DynamicObject;
-use kube::runtime::events::{Recorder, Reporter};
-
-use crate::recorder::EventRecorder;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::{CacheClient, CacheSlot};
 use crate::clients::KubeClients;
 use crate::kind::{KindScope, kind_of, same_resource};
+use crate::recorder::EventRecorder;
 use crate::test_context::TestContext;
 use crate::writes::WriteJournal;
 
@@ -56,6 +54,7 @@ struct Inner {
 pub struct ControllerEnv {
     worker_id: Arc<str>,
     controller: Arc<str>,
+    event_source: String,
     clients: Arc<dyn KubeClients>,
     recorder: OnceLock<EventRecorder>,
     cache: CacheSlot,
@@ -63,17 +62,19 @@ pub struct ControllerEnv {
 
 impl ControllerEnv {
     /// The environment of controller `controller` on worker `worker_id`: its reconciles get clients
-    /// from `clients` and read the cache `cache` holds when they ask. The event recorder (reporting
-    /// as `controller`, instance `worker_id`) is made on first use.
+    /// from `clients` and read the cache `cache` holds when they ask. The event recorder (reporting as
+    /// `event_source`) is made on first use.
     pub fn new(
         worker_id: &str,
         controller: &str,
+        event_source: &str,
         clients: Arc<dyn KubeClients>,
         cache: CacheSlot,
     ) -> Self {
         Self {
             worker_id: Arc::from(worker_id),
             controller: Arc::from(controller),
+            event_source: event_source.to_owned(),
             clients,
             recorder: OnceLock::new(),
             cache,
@@ -172,18 +173,18 @@ impl Context {
             .collect()
     }
 
-    /// An event recorder reporting as this controller on this worker, shared by its reconciles: repeats
-    /// of an event become a series, and an object gets at most a burst of 25 events, then one per 5
-    /// minutes (client-go's spam filter). Events are not reported as writes: no key waits for them.
+    /// The event recorder of this controller on this worker, shared by its reconciles, reporting as
+    /// the controller's event source ([`crate::Controller::event_source`]): core/v1 Events as
+    /// kube-controller-manager writes them, a repeat patched into a count, an object given at most a
+    /// burst of 25 Events, then one per 5 minutes (client-go's correlator). Recording never waits;
+    /// Events are not reported as writes: no key waits for them.
+    ///
+    /// # Panics
+    /// On first use outside a tokio runtime (a reconcile always runs in one).
     pub fn recorder(&self) -> &EventRecorder {
         let env = &self.inner.env;
-        env.recorder.get_or_init(|| {
-            let reporter = Reporter {
-                controller: env.controller.to_string(),
-                instance: Some(env.worker_id.to_string()),
-            };
-            EventRecorder::new(Recorder::new(env.clients.plain_client(), reporter))
-        })
+        env.recorder
+            .get_or_init(|| EventRecorder::new(env.clients.plain_client(), &env.event_source))
     }
 
     /// The reconcile's span (fields `controller`, `key`, `shard`, `term`, `worker`, `attempt`,

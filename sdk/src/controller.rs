@@ -49,6 +49,7 @@ pub const DEFAULT_CONCURRENCY: u32 = 5;
 pub struct Controller<K> {
     pub(crate) spec: ControllerSpec,
     pub(crate) concurrency: u32,
+    pub(crate) event_source: Option<String>,
     pub(crate) reconcile: Option<ReconcileFn<K>>,
     pub(crate) error_policy: Option<ErrorPolicyFn>,
     _kind: PhantomData<fn() -> K>,
@@ -199,6 +200,7 @@ impl<K: Send + Sync + 'static> Controller<K> {
         Self {
             spec: ControllerSpec::new(name, primary),
             concurrency: DEFAULT_CONCURRENCY,
+            event_source: None,
             reconcile: None,
             error_policy: None,
             _kind: PhantomData,
@@ -209,6 +211,13 @@ impl<K: Send + Sync + 'static> Controller<K> {
     /// `--concurrent-<name>-syncs` flag overrides it.
     pub fn concurrency(mut self, n: u32) -> Self {
         self.concurrency = n;
+        self
+    }
+
+    /// The source its Events report (their `source.component` and `reportingComponent`); the
+    /// controller's name unless given. kube-controller-manager's are `<name>-controller`.
+    pub fn event_source(mut self, component: &str) -> Self {
+        self.event_source = Some(component.to_owned());
         self
     }
 

@@ -35,6 +35,7 @@ type RunFn = Arc<dyn Fn(WorkItem, Context) -> BoxFuture<'static, Outcome> + Send
 pub struct DynController {
     spec: ControllerSpec,
     concurrency: u32,
+    event_source: Option<String>,
     run: Option<RunFn>,
 }
 
@@ -42,6 +43,17 @@ impl DynController {
     /// The controller's name.
     pub fn name(&self) -> &str {
         &self.spec.name
+    }
+
+    /// The source its Events report ([`Controller::event_source`]; the name unless given).
+    pub fn event_source(&self) -> &str {
+        self.event_source.as_deref().unwrap_or(&self.spec.name)
+    }
+
+    /// The same controller reporting its Events as `component`.
+    pub fn with_event_source(mut self, component: &str) -> Self {
+        self.event_source = Some(component.to_owned());
+        self
     }
 
     /// How many items it reconciles at once.
@@ -121,6 +133,7 @@ where
         Self {
             spec: c.spec,
             concurrency: c.concurrency,
+            event_source: c.event_source,
             run,
         }
     }

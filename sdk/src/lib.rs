@@ -31,6 +31,7 @@ mod clients;
 mod context;
 mod controller;
 mod dyn_controller;
+mod event_correlator;
 pub mod host;
 mod kind;
 mod outcome;
@@ -47,7 +48,7 @@ pub use context::{Context, ContextError};
 pub use controller::{Controller, DEFAULT_CONCURRENCY, ReconcileError};
 pub use dyn_controller::DynController;
 pub use kind::{KindScope, kind_of};
-pub use recorder::EventRecorder;
+pub use recorder::{EventRecorder, EventType};
 pub use request::Request;
 pub use test_context::TestContext;
 

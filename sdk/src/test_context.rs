@@ -137,7 +137,13 @@ impl TestContext {
                 worker = %self.worker_id,
             )
         });
-        let env = ControllerEnv::new(&self.worker_id, &self.controller, self.clients, self.cache);
+        let env = ControllerEnv::new(
+            &self.worker_id,
+            &self.controller,
+            &self.controller,
+            self.clients,
+            self.cache,
+        );
         Context::new(
             Arc::new(env),
             WriteJournal::default(),

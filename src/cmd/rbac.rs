@@ -124,11 +124,11 @@ mod tests {
         assert_eq!(
             names(&worker),
             [
+                "/events: create,patch",
                 "apps/deployments: get",
                 "apps/deployments/finalizers: update",
                 "apps/deployments/status: update",
                 "apps/replicasets: create,delete,get,patch,update",
-                "events.k8s.io/events: create,patch",
             ]
         );
     }

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use flotilla_devcluster::Decision;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use serde_json::{Value, json};
 
@@ -180,6 +180,46 @@ async fn roll_out(admin: &kube::Client, ns: &str) {
             sets.items
                 .iter()
                 .any(|rs| rs.spec.as_ref().and_then(|s| s.min_ready_seconds) == Some(1))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Scaled 2 → 3 → 2 → 3: the second "from 2 to 3" repeats an Event, which is patched (count 2).
+    for replicas in [3, 2, 3] {
+        let scale = json!({"spec": {"replicas": replicas}});
+        deployments
+            .patch("web", &PatchParams::default(), &Patch::Merge(&scale))
+            .await
+            .unwrap();
+        wait_for(CONVERGE, &format!("web scaled to {replicas}"), || async {
+            let sets = sets
+                .list(&ListParams::default().labels("app=web"))
+                .await
+                .ok()?;
+            sets.items
+                .iter()
+                .any(|rs| rs.spec.as_ref().and_then(|s| s.replicas) == Some(replicas))
+                .then_some(())
+        })
+        .await;
+    }
+    let events: Api<Event> = Api::namespaced(admin.clone(), ns);
+    wait_for(
+        CONVERGE,
+        "the repeated scale-up Event patched to count 2",
+        || async {
+            let events = events.list(&ListParams::default()).await.ok()?;
+            events
+                .items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("ScalingReplicaSet")
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.ends_with("from 2 to 3"))
+                        && e.count == Some(2)
+                })
                 .then_some(())
         },
     )
@@ -637,7 +677,7 @@ async fn a_fleet_bound_only_to_flotilla_rbacs_rules_does_its_work_and_needs_ever
 
 /// Without the garbage collector's and the namespace controller's wildcards, each controller's own
 /// narrow rules show: the replica controllers' live reads and pod patches of adoptions, the
-/// Deployment's ReplicaSet management, events patched into series.
+/// Deployment's ReplicaSet management, a repeated Event patched.
 #[tokio::test]
 async fn a_fleet_of_narrow_controllers_needs_every_rule_of_its_own() {
     let lp = LeastFleet::start("deployment,replicaset,replicationcontroller,serviceaccount").await;

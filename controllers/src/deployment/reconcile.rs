@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
+use flotilla_sdk::EventType;
 use flotilla_sdk::apimachinery::LabelSelector;
 use flotilla_sdk::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use flotilla_sdk::kube::ResourceExt;
 use flotilla_sdk::kube::api::Api;
-use flotilla_sdk::kube::runtime::events::EventType;
 
 use super::super::claim::candidates;
 use super::Error;
@@ -73,7 +73,7 @@ async fn selecting_all(ctx: &Context, d: Arc<Deployment>) -> Result<Action, Erro
     let mut sync = Sync::new(ctx.clone(), d.clone(), Vec::new());
     let note =
         "This deployment is selecting all pods. A non-empty selector is required.".to_owned();
-    sync.publish(EventType::Warning, "SelectingAll", note).await;
+    sync.publish(EventType::Warning, "SelectingAll", note);
     let mut status = d.status.clone().unwrap_or_default();
     if status.observed_generation < d.metadata.generation {
         status.observed_generation = d.metadata.generation;

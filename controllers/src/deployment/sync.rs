@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
+use flotilla_sdk::EventType;
 use flotilla_sdk::k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet};
 use flotilla_sdk::k8s_openapi::jiff::Timestamp;
 use flotilla_sdk::kube::ResourceExt;
 use flotilla_sdk::kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use flotilla_sdk::kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::super::events;
@@ -138,8 +138,7 @@ impl Sync {
             Ok(created) => {
                 if new_size > 0 {
                     let note = format!("Scaled up replica set {name} from 0 to {new_size}");
-                    self.publish(EventType::Normal, "ScalingReplicaSet", note)
-                        .await;
+                    self.publish(EventType::Normal, "ScalingReplicaSet", note);
                 }
                 set_deployment_revision(&mut self.d, &new_revision.to_string());
                 if spec::progress_deadline(&self.d).is_some() {
@@ -244,8 +243,7 @@ impl Sync {
         if old != replicas {
             let direction = if replicas > old { "up" } else { "down" };
             let note = format!("Scaled {direction} replica set {name} from {old} to {replicas}");
-            self.publish(EventType::Normal, "ScalingReplicaSet", note)
-                .await;
+            self.publish(EventType::Normal, "ScalingReplicaSet", note);
         }
         Ok(old != replicas)
     }
@@ -304,7 +302,7 @@ impl Sync {
     }
 
     /// Records an event on the Deployment (see [`events::publish`]).
-    pub(super) async fn publish(&self, type_: EventType, reason: &str, note: String) {
-        events::publish(&self.ctx, &self.d, type_, reason, note).await;
+    pub(super) fn publish(&self, type_: EventType, reason: &str, note: String) {
+        events::publish(&self.ctx, &self.d, type_, reason, note);
     }
 }

@@ -8,10 +8,10 @@
 
 use super::rules::{ALL, Rules};
 
-/// Events go through kube-rs's `Recorder`, which posts `events.k8s.io/v1` Events and patches a
-/// repeated one into a series.
+/// Events are core/v1 Events, as kube-controller-manager writes them: created, and patched with a
+/// raised count when one repeats.
 fn events() -> Rules {
-    Rules::new().grant("events.k8s.io", &["events"], &["create", "patch"])
+    Rules::new().grant("", &["events"], &["create", "patch"])
 }
 
 /// Creates the `default` ServiceAccount of a namespace (its existence is read from the cache).
@@ -118,11 +118,11 @@ mod tests {
         assert!(rules.allows("apps", "replicasets/status", "patch"));
         assert!(rules.allows("apps", "replicasets/finalizers", "update"));
         assert!(!rules.allows("apps", "replicasets", "patch"));
-        assert!(rules.allows("events.k8s.io", "events", "create"));
-        assert!(rules.allows("events.k8s.io", "events", "patch"));
+        assert!(rules.allows("", "events", "create"));
+        assert!(rules.allows("", "events", "patch"));
         assert!(
-            !rules.allows("", "events", "create"),
-            "kube-rs posts events.k8s.io Events"
+            !rules.allows("events.k8s.io", "events", "create"),
+            "Events are core/v1 Events, as kube-controller-manager's"
         );
     }
 
@@ -154,7 +154,7 @@ mod tests {
             !rules.allows("", "pods", "create"),
             "pods are the ReplicaSets'"
         );
-        assert!(rules.allows("events.k8s.io", "events", "create"));
+        assert!(rules.allows("", "events", "create"));
     }
 
     #[test]

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
+use flotilla_sdk::EventType;
 use flotilla_sdk::k8s_openapi::api::core::v1::Pod;
 use flotilla_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use flotilla_sdk::k8s_openapi::jiff::Timestamp;
 use flotilla_sdk::kube::ResourceExt;
 use flotilla_sdk::kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use flotilla_sdk::kube::runtime::events::EventType;
 
 use super::super::claim::{candidates, claim};
 use super::super::controller_ref::{ClaimError, adopt, controller_ref, recheck_owner, release};
@@ -162,13 +162,13 @@ async fn manage<K: ReplicaOwner>(
         let (_, err) = slow_start(missing, || async {
             let created = pods.create(&PostParams::default(), &pod).await?;
             let note = format!("Created pod: {}", created.name_any());
-            publish(ctx, owner, EventType::Normal, "SuccessfulCreate", note).await;
+            publish(ctx, owner, EventType::Normal, "SuccessfulCreate", note);
             Ok::<(), kube::Error>(())
         })
         .await;
         let err = err?;
         let note = format!("Error creating: {err}");
-        publish(ctx, owner, EventType::Warning, "FailedCreate", note).await;
+        publish(ctx, owner, EventType::Warning, "FailedCreate", note);
         return Some(Failure {
             reason: "FailedCreate".into(),
             message: err.to_string(),
@@ -184,7 +184,7 @@ async fn manage<K: ReplicaOwner>(
             Err(err) => Err(err),
             Ok(_) => {
                 let note = format!("Deleted pod: {name}");
-                publish(ctx, owner, EventType::Normal, "SuccessfulDelete", note).await;
+                publish(ctx, owner, EventType::Normal, "SuccessfulDelete", note);
                 Ok(())
             }
         }
@@ -192,7 +192,7 @@ async fn manage<K: ReplicaOwner>(
     .await;
     let err = results.into_iter().find_map(Result::err)?;
     let note = format!("Error deleting: {err}");
-    publish(ctx, owner, EventType::Warning, "FailedDelete", note).await;
+    publish(ctx, owner, EventType::Warning, "FailedDelete", note);
     Some(Failure {
         reason: "FailedDelete".into(),
         message: err.to_string(),

@@ -7,9 +7,8 @@ use flotilla_sdk::k8s_openapi::api::core::v1::ConfigMap;
 use flotilla_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use flotilla_sdk::kube;
 use flotilla_sdk::kube::api::{Api, Patch, PatchParams, PostParams};
-use flotilla_sdk::kube::runtime::events::{Event, EventType};
 use flotilla_sdk::kube::{Resource, ResourceExt};
-use flotilla_sdk::{Action, Context, Controller, Request};
+use flotilla_sdk::{Action, Context, Controller, EventType, Request};
 use serde_json::json;
 
 use crate::resource::Greeting;
@@ -97,21 +96,13 @@ async fn reconcile(request: Request<Greeting>, ctx: Context) -> Result<Action, E
                 .create(&PostParams::default(), &desired)
                 .await
                 .map_err(Error::Kube)?;
-            let event = Event {
-                type_: EventType::Normal,
-                reason: "ConfigMapCreated".into(),
-                note: Some(format!("created ConfigMap {name}")),
-                action: "Create".into(),
-                secondary: None,
-            };
-            // An event is a courtesy; failing to publish it must not fail the reconcile.
-            if let Err(err) = ctx
-                .recorder()
-                .publish(&event, &greeting.object_ref(&()))
-                .await
-            {
-                tracing::debug!(error = %err, "cannot publish an event");
-            }
+            // Written in the background: an Event is a courtesy, nothing waits for it.
+            ctx.recorder().event(
+                greeting.as_ref(),
+                EventType::Normal,
+                "ConfigMapCreated",
+                format!("created ConfigMap {name}"),
+            );
         }
     }
     let generation = greeting.metadata.generation;
@@ -176,6 +167,8 @@ mod tests {
     #[derive(Clone)]
     struct MockApi {
         requests: Arc<Mutex<Vec<(Method, String, Value)>>>,
+        /// Notified after each request is noted.
+        changed: Arc<tokio::sync::Notify>,
         answer: Value,
     }
 
@@ -183,6 +176,7 @@ mod tests {
         fn answering(answer: Value) -> Self {
             Self {
                 requests: Arc::default(),
+                changed: Arc::default(),
                 answer,
             }
         }
@@ -203,6 +197,7 @@ mod tests {
                     mock.requests
                         .lock()
                         .push((parts.method, parts.uri.path().to_owned(), body));
+                    mock.changed.notify_waiters();
                     let answer = serde_json::to_vec(&answer).unwrap();
                     Ok::<_, kube::Error>(Response::new(Body::from(answer)))
                 }
@@ -285,8 +280,31 @@ mod tests {
             .build();
         let action = reconcile(request(&greeting), ctx).await.unwrap();
         assert_eq!(action, Action::await_change());
+        // The Event is written in the background: wait for it (bounded), then look at every request.
+        let events_path = "/api/v1/namespaces/team-a/events";
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                // Registered before the check, so a request landing in between still wakes us.
+                let changed = api.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if api
+                    .requests()
+                    .iter()
+                    .any(|(_, path, _)| path == events_path)
+                {
+                    break;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .expect("the Event is written within 10 s");
         let requests = api.requests();
-        let calls: Vec<_> = requests
+        let (events, writes): (Vec<_>, Vec<_>) = requests
+            .iter()
+            .partition(|(_, path, _)| path == events_path);
+        let calls: Vec<_> = writes
             .iter()
             .map(|(method, path, _)| (method.as_str(), path.as_str()))
             .collect();
@@ -294,19 +312,23 @@ mod tests {
             calls,
             [
                 ("POST", "/api/v1/namespaces/team-a/configmaps"),
-                ("POST", "/apis/events.k8s.io/v1/namespaces/team-a/events"),
                 (
                     "PATCH",
                     "/apis/example.flotilla.dev/v1/namespaces/team-a/greetings/hello/status"
                 ),
             ]
         );
-        let created: ConfigMap = serde_json::from_value(requests[0].2.clone()).unwrap();
+        let created: ConfigMap = serde_json::from_value(writes[0].2.clone()).unwrap();
         assert_eq!(created, desired_configmap(&greeting).unwrap());
-        assert_eq!(requests[1].2["reason"], "ConfigMapCreated");
-        assert_eq!(requests[1].2["reportingController"], "greeting");
+        let [(method, _, event)] = events.as_slice() else {
+            panic!("one Event: {events:?}");
+        };
+        assert_eq!(*method, Method::POST);
+        assert_eq!(event["reason"], "ConfigMapCreated");
+        assert_eq!(event["source"]["component"], "greeting");
+        assert_eq!(event["reportingComponent"], "greeting");
         assert_eq!(
-            requests[2].2,
+            writes[1].2,
             json!({ "status": { "observedGeneration": 2 } })
         );
     }

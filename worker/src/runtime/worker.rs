@@ -97,6 +97,7 @@ impl Worker {
                 let env = Arc::new(ControllerEnv::new(
                     &worker_id,
                     &name,
+                    controller.event_source(),
                     clients,
                     cache.clone(),
                 ));

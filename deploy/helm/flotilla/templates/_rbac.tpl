@@ -23,7 +23,7 @@ replicaset:
     - {group: apps, resources: [replicasets], verbs: [get]}
     - {group: apps, resources: [replicasets/status], verbs: [patch]}
     - {group: apps, resources: [replicasets/finalizers], verbs: [update]}
-    - {group: events.k8s.io, resources: [events], verbs: [create, patch]}
+    - {group: "", resources: [events], verbs: [create, patch]}
   coordinator:
     - {group: apps, resources: [replicasets]}
     - {group: "", resources: [pods]}
@@ -32,7 +32,7 @@ deployment:
     - {group: apps, resources: [replicasets], verbs: [create, delete, get, patch, update]}
     - {group: apps, resources: [deployments], verbs: [get]}
     - {group: apps, resources: [deployments/status, deployments/finalizers], verbs: [update]}
-    - {group: events.k8s.io, resources: [events], verbs: [create, patch]}
+    - {group: "", resources: [events], verbs: [create, patch]}
   coordinator:
     - {group: apps, resources: [deployments, replicasets]}
     - {group: "", resources: [pods]}
@@ -42,7 +42,7 @@ replicationcontroller:
     - {group: "", resources: [replicationcontrollers], verbs: [get]}
     - {group: "", resources: [replicationcontrollers/status], verbs: [patch]}
     - {group: "", resources: [replicationcontrollers/finalizers], verbs: [update]}
-    - {group: events.k8s.io, resources: [events], verbs: [create, patch]}
+    - {group: "", resources: [events], verbs: [create, patch]}
   coordinator:
     - {group: "", resources: [replicationcontrollers, pods]}
 garbagecollector:
