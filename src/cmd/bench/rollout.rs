@@ -3,7 +3,8 @@
 //! rolls out many Deployments at once. Reports the time until every Deployment has all its replicas
 //! updated (`--until updated`, the default: no nodes needed, the workload kube-controller-manager was
 //! measured on) or Available (`--until available`, with simulated nodes), the API requests the
-//! workers made (their `rest_client_requests_total`, and by verb and resource) and the peak RSS of
+//! workers made (their `rest_client_requests_total`, and by verb and resource) — when the rollout is
+//! done, and settled, once the Events written in the background are in — and the peak RSS of
 //! coordinator and workers.
 //!
 //! Every run gets a fresh etcd, devcluster and fleet, so no run inherits another's objects, history
@@ -32,6 +33,12 @@ const CREATE_CONCURRENCY: usize = 32;
 
 /// How often the benchmark lists the Deployments to see whether they are Available.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How long the workers' request counters must stand still to count as settled.
+const SETTLE_QUIET: Duration = Duration::from_secs(2);
+
+/// The longest wait for the counters to settle after a rollout.
+const SETTLE_MAX: Duration = Duration::from_secs(120);
 
 /// Flags of `flotilla bench rollout`.
 #[derive(clap::Args, Debug)]
@@ -140,6 +147,11 @@ struct RunResult {
     requests_by_verb: BTreeMap<String, f64>,
     /// Requests that did not get a 2xx answer (conflicts, errors), summed over the workers.
     requests_not_2xx: f64,
+    /// The requests once the workers stopped sending (Events are written in the background, after
+    /// the reconcile that recorded them): what the rollout cost in the end.
+    settled_requests: f64,
+    /// The same, by Kubernetes verb and resource.
+    settled_requests_by_verb: BTreeMap<String, f64>,
     coordinator_peak_rss_mib: f64,
     worker_peak_rss_mib: Vec<f64>,
     devcluster_peak_rss_mib: f64,
@@ -185,11 +197,20 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             for (verb, n) in &result.requests_by_verb {
                 eprintln!("    {verb}: {:.2}/Deployment", n / args.deployments as f64);
             }
+            eprintln!(
+                "  settled (Events written in the background included): {:.0} requests ({:.1}/Deployment)",
+                result.settled_requests,
+                result.settled_requests / args.deployments as f64
+            );
+            for (verb, n) in &result.settled_requests_by_verb {
+                eprintln!("    {verb}: {:.2}/Deployment", n / args.deployments as f64);
+            }
             runs.push(result);
         }
         let med = |f: &dyn Fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
         let seconds = med(&|r| r.seconds);
         let requests = med(&|r| r.requests);
+        let settled = med(&|r| r.settled_requests);
         report.push(json!({
             "workers": shape.workers,
             "kube_api_qps": shape.qps,
@@ -200,6 +221,7 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                 "create_seconds": med(&|r| r.create_seconds),
                 "requests": requests,
                 "requests_per_deployment": requests / args.deployments as f64,
+                "settled_requests_per_deployment": settled / args.deployments as f64,
                 "requests_per_second": med(&|r| r.requests / r.seconds),
                 "requests_not_2xx": med(&|r| r.requests_not_2xx),
                 "coordinator_peak_rss_mib": med(&|r| r.coordinator_peak_rss_mib),
@@ -223,14 +245,14 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     });
     write_json(&args.output, &result)?;
     println!(
-        "| workers | qps / burst | runs | all rolled out s (median) | API requests | requests / Deployment | requests/s | fleet CPU s | coordinator peak RSS MiB | worker peak RSS MiB (largest) |"
+        "| workers | qps / burst | runs | all rolled out s (median) | API requests | requests / Deployment | settled requests / Deployment | requests/s | fleet CPU s | coordinator peak RSS MiB | worker peak RSS MiB (largest) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in result["results"].as_array().into_iter().flatten() {
         let m = &r["median"];
         let f = |key: &str| m[key].as_f64().unwrap_or(f64::NAN);
         println!(
-            "| {} | {} / {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} |",
+            "| {} | {} / {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} |",
             r["workers"],
             r["kube_api_qps"],
             r["kube_api_burst"],
@@ -238,6 +260,7 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             f("seconds"),
             f("requests"),
             f("requests_per_deployment"),
+            f("settled_requests_per_deployment"),
             f("requests_per_second"),
             f("fleet_cpu_seconds"),
             f("coordinator_peak_rss_mib"),
@@ -328,46 +351,21 @@ async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<R
         .zip(&cpu_before)
         .map(|(a, b)| a - b)
         .collect();
-    let mut requests_by_method = BTreeMap::new();
-    let mut requests_by_verb = BTreeMap::new();
-    let mut requests_not_2xx = 0.0;
+    let counted = count_requests(fleet).await?;
     let mut worker_peak_rss_mib = Vec::new();
     for worker in fleet.workers() {
-        let text = fetch_metrics(worker).await?;
-        for (labels, value) in samples(&text, "rest_client_requests_total") {
-            let label = |name: &str| {
-                labels
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default()
-            };
-            *requests_by_method.entry(label("method")).or_insert(0.0) += value;
-            if !label("code").starts_with('2') {
-                requests_not_2xx += value;
-            }
-        }
-        for (labels, value) in samples(&text, "flotilla_kube_requests_total") {
-            let label = |name: &str| {
-                labels
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map_or("", |(_, v)| v.as_str())
-                    .to_owned()
-            };
-            *requests_by_verb
-                .entry(format!("{} {}", label("verb"), label("resource")))
-                .or_insert(0.0) += value;
-        }
         worker_peak_rss_mib.push(peak_rss_mib(worker)?);
     }
+    let settled = settle(fleet, counted.total()).await?;
     Ok(RunResult {
         seconds,
         create_seconds,
-        requests: requests_by_method.values().sum(),
-        requests_by_method,
-        requests_by_verb,
-        requests_not_2xx,
+        requests: counted.total(),
+        settled_requests: settled.total(),
+        settled_requests_by_verb: settled.by_verb,
+        requests_by_method: counted.by_method,
+        requests_by_verb: counted.by_verb,
+        requests_not_2xx: counted.not_2xx,
         coordinator_peak_rss_mib: peak_rss_mib(fleet.coordinator())?,
         worker_peak_rss_mib,
         // Not measured on a cluster of the user's: NaN, written as null.
@@ -376,6 +374,65 @@ async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<R
         coordinator_cpu_seconds: cpu[1],
         worker_cpu_seconds: cpu[2..].to_vec(),
     })
+}
+
+/// The workers' requests, summed over them.
+#[derive(Debug, Default)]
+struct Counted {
+    /// `rest_client_requests_total` by HTTP method.
+    by_method: BTreeMap<String, f64>,
+    /// `flotilla_kube_requests_total` by `<verb> <resource>`.
+    by_verb: BTreeMap<String, f64>,
+    /// Requests without a 2xx answer.
+    not_2xx: f64,
+}
+
+impl Counted {
+    fn total(&self) -> f64 {
+        self.by_method.values().sum()
+    }
+}
+
+/// Reads every worker's request counters.
+async fn count_requests(fleet: &LocalFleet) -> anyhow::Result<Counted> {
+    let mut counted = Counted::default();
+    for worker in fleet.workers() {
+        let text = fetch_metrics(worker).await?;
+        for (labels, value) in samples(&text, "rest_client_requests_total") {
+            let method = label(&labels, "method");
+            if !label(&labels, "code").starts_with('2') {
+                counted.not_2xx += value;
+            }
+            *counted.by_method.entry(method).or_insert(0.0) += value;
+        }
+        for (labels, value) in samples(&text, "flotilla_kube_requests_total") {
+            let verb = format!("{} {}", label(&labels, "verb"), label(&labels, "resource"));
+            *counted.by_verb.entry(verb).or_insert(0.0) += value;
+        }
+    }
+    Ok(counted)
+}
+
+fn label(labels: &[(String, String)], name: &str) -> String {
+    labels
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
+}
+
+/// The workers' requests once they stopped changing for [`SETTLE_QUIET`] (at most [`SETTLE_MAX`]
+/// after the rollout; the Events recorded last are still being written until then).
+async fn settle(fleet: &LocalFleet, mut last_total: f64) -> anyhow::Result<Counted> {
+    let deadline = Instant::now() + SETTLE_MAX;
+    loop {
+        tokio::time::sleep(SETTLE_QUIET).await;
+        let counted = count_requests(fleet).await?;
+        if counted.total() == last_total || Instant::now() >= deadline {
+            return Ok(counted);
+        }
+        last_total = counted.total();
+    }
 }
 
 /// CPU seconds so far of the devcluster (NaN on a cluster of the user's), the coordinator and each
