@@ -58,17 +58,20 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Kube
     kube::Client::try_from(config).map_err(KubeConfigError::Client)
 }
 
-/// Builds a client from [`kube_config`] that counts every request it sends into `requests`.
+/// Builds a client from [`kube_config`] for `component` (its User-Agent, see [`crate::user_agent`])
+/// that counts every request it sends into `requests`.
 ///
 /// # Errors
 /// See [`KubeConfigError`].
 pub async fn counted_kube_client(
     kubeconfig: Option<&Path>,
+    component: &str,
     requests: crate::RequestCounter,
 ) -> Result<kube::Client, KubeConfigError> {
     let config = kube_config(kubeconfig).await?;
     let builder = kube::client::ClientBuilder::try_from(config).map_err(KubeConfigError::Client)?;
     Ok(builder
         .with_layer(&crate::RequestCountLayer::new(requests))
+        .with_layer(&crate::UserAgentLayer::new(component))
         .build())
 }

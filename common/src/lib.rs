@@ -18,6 +18,7 @@ mod telemetry;
 pub mod tls;
 mod trace_context;
 mod trace_export;
+mod user_agent;
 
 pub use api_verb::verb_and_resource;
 pub use duration::{DurationError, parse_duration};
@@ -37,6 +38,7 @@ pub use shutdown::shutdown_signal;
 pub use telemetry::{LogFormat, Telemetry, init_logging, init_telemetry};
 pub use trace_context::{TRACE_TARGET, TraceContext, sample_new_trace, tracing_enabled};
 pub use trace_export::{OtlpProtocol, ServiceIdentity, TraceExportError, TraceFlags};
+pub use user_agent::{UserAgent, UserAgentLayer, user_agent};
 
 // The shared Kubernetes vocabulary, re-exported so both roles keep naming it `flotilla_common::…`.
 pub use flotilla_apimachinery::{

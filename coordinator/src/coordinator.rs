@@ -74,7 +74,12 @@ impl Coordinator {
         let etcd = config.etcd.connect(&config.fleet).await?;
         // The informers' lists and watches, counted as a worker's requests are (`rest_client_requests`).
         let api_requests = flotilla_common::RequestCounter::default();
-        let kube = counted_kube_client(config.kubeconfig.as_deref(), api_requests.clone()).await?;
+        let kube = counted_kube_client(
+            config.kubeconfig.as_deref(),
+            "coordinator",
+            api_requests.clone(),
+        )
+        .await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| CoordinatorError::Listen {

@@ -2,7 +2,9 @@
 //! kube-controller-manager writes for the same objects (`kube-fixtures/kcm/10-events-core-v1.json`):
 //! core/v1 Events named `<object>.<hex nanoseconds>`, one per distinct message, reported by
 //! `deployment-controller` / `replicaset-controller` with an empty reporting instance, count 1 — and
-//! a repeated message patches its Event's count instead of writing another.
+//! a repeated message patches its Event's count instead of writing another. And what the fleet writes
+//! names it as field manager (`flotilla`, from its User-Agent), as kube-controller-manager's writes
+//! name `kube-controller-manager`.
 
 use std::time::Duration;
 
@@ -88,7 +90,7 @@ fn assert_kcm_shape(event: &Event, kind: &str, source: &str) {
 }
 
 #[tokio::test]
-async fn a_rollout_writes_kcms_events_and_a_repeated_message_raises_its_count() {
+async fn a_rollout_writes_kcms_events_and_a_repeated_message_raises_its_count_as_flotilla() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
     let (_fleet, _procs) = Fleet::of_controllers(&cluster, "deployment,replicaset", 1).await;
@@ -114,6 +116,17 @@ async fn a_rollout_writes_kcms_events_and_a_repeated_message_raises_its_count() 
     })
     .await;
     let rs_name = rs.name_any();
+    let managers: Vec<_> = rs
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        !managers.is_empty() && managers.iter().all(|m| m == "flotilla"),
+        "the ReplicaSet (created, status written by the fleet) is managed by flotilla only: {managers:?}"
+    );
 
     // What kube-controller-manager wrote for the same Deployment: one ScalingReplicaSet Event on it,
     // one SuccessfulCreate Event per pod on its ReplicaSet.

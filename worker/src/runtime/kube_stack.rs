@@ -1,7 +1,7 @@
 //! The worker's Kubernetes HTTP stack, built once: a shared hyper client (one connection pool) with
 //! kube's TLS, base URI, auth and header layers, behind the request counter. Each controller gets its
 //! own rate limiter over it, as kube-controller-manager gives each controller its own client with
-//! `--kube-api-qps` / `--kube-api-burst`; each reconcile gets its own `kube::Client` over its
+//! `--kube-api-qps` / `--kube-api-burst` and a User-Agent naming it; each reconcile gets its own `kube::Client` over its
 //! controller's stack, with the write-recording layer on top. Events go out through one more limiter
 //! of the same size shared by the worker's controllers, as kube-controller-manager's event broadcaster
 //! has a client of its own: an Event never spends a controller's budget.
@@ -21,7 +21,7 @@ use tower::{BoxError, ServiceBuilder};
 use super::api_trace::ApiTraceLayer;
 use super::rate_limit::{RateLimitLayer, TokenBucket};
 use super::recording::{KindTable, RecordingLayer};
-use flotilla_common::{RequestCountLayer, RequestCounter};
+use flotilla_common::{RequestCountLayer, RequestCounter, UserAgentLayer};
 
 /// Response body of the shared stack.
 pub(crate) type HttpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
@@ -95,15 +95,21 @@ impl KubeStack {
         })
     }
 
-    /// This stack behind `bucket`: every request waits for a token first. The connection pool and the
-    /// request counter stay shared.
-    pub(crate) fn rate_limited(&self, bucket: Arc<TokenBucket>) -> Self {
+    /// This stack as `controller`'s (its User-Agent names the controller, as kube-controller-manager's
+    /// clients do), behind `bucket`: every request waits for a token first. The connection pool and
+    /// the request counter stay shared.
+    pub(crate) fn for_controller(&self, controller: &str, bucket: Arc<TokenBucket>) -> Self {
+        let user_agent = UserAgentLayer::new(controller);
         let service = ServiceBuilder::new()
             .layer(RateLimitLayer::new(bucket))
+            .layer(user_agent.clone())
             .service(self.base.clone());
+        let events = ServiceBuilder::new()
+            .layer(user_agent)
+            .service(self.events.clone());
         Self {
             base: BoxCloneSyncService::new(service),
-            events: self.events.clone(),
+            events: BoxCloneSyncService::new(events),
             default_namespace: self.default_namespace.clone(),
             kinds: self.kinds.clone(),
         }

@@ -93,7 +93,8 @@ impl Worker {
                 // Each controller its own budget, as each of kube-controller-manager's has its own client.
                 let bucket = TokenBucket::new(config.kube_api_qps, config.kube_api_burst)
                     .observed(metrics.rate_limiter_wait(&name));
-                let clients: Arc<dyn KubeClients> = Arc::new(kube.rate_limited(Arc::new(bucket)));
+                let clients: Arc<dyn KubeClients> =
+                    Arc::new(kube.for_controller(controller.event_source(), Arc::new(bucket)));
                 let env = Arc::new(ControllerEnv::new(
                     &worker_id,
                     &name,
