@@ -1,5 +1,6 @@
 //! HTTP watch streams: initial events, resume from a resourceVersion through the watch cache, selectors with
 //! match transitions, bookmarks, timeouts, 410 as an ERROR event — newline-delimited JSON like upstream.
+//! Events that are ready together go out in one write, as upstream flushes only once its queue is empty.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,10 +17,36 @@ use super::state::ApiState;
 use super::status::ApiError;
 use super::watch_cache::{Event, EventKind};
 
+/// Events already queued are written together up to this many bytes.
+const COALESCE_BYTES: usize = 64 * 1024;
+
+/// Appends `{"type":<kind>,"object":<object_json>}` and a newline: the watch event as upstream writes it.
+fn push_line(buf: &mut Vec<u8>, kind: &str, object_json: &[u8]) {
+    buf.reserve(object_json.len() + kind.len() + 22);
+    buf.extend_from_slice(b"{\"type\":\"");
+    buf.extend_from_slice(kind.as_bytes());
+    buf.extend_from_slice(b"\",\"object\":");
+    buf.extend_from_slice(object_json);
+    buf.extend_from_slice(b"}\n");
+}
+
 fn line(kind: &str, object: &Value) -> Bytes {
-    let mut b = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    b.push(b'\n');
+    let mut b = Vec::new();
+    push_line(
+        &mut b,
+        kind,
+        &serde_json::to_vec(object).unwrap_or_default(),
+    );
     Bytes::from(b)
+}
+
+/// An object of the initial events, rendered for the watch (whole objects without a copy).
+fn rendered_json(render: &Render, info: &super::registry::ResourceInfo, obj: &Value) -> Vec<u8> {
+    match render {
+        Render::Full => serde_json::to_vec(obj),
+        _ => serde_json::to_vec(&render.object(info, obj)),
+    }
+    .unwrap_or_default()
 }
 
 /// Starts a watch response.
@@ -90,7 +117,7 @@ pub async fn watch(st: &ApiState, t: &Target, render: Render) -> Result<Response
     } else {
         start_rev = from.unwrap_or(0);
     }
-    let sub = st.cache.subscribe(start_rev);
+    let sub = st.cache.subscribe(&prefix, start_rev);
     let bookmark_every = st.bookmark_interval;
     let cancel = st.cancel.child_token();
     tokio::spawn(async move {
@@ -107,7 +134,9 @@ pub async fn watch(st: &ApiState, t: &Target, render: Render) -> Result<Response
             }
         };
         for obj in &initial_items {
-            if !send(line("ADDED", &render.object(&info, obj))).await {
+            let mut b = Vec::new();
+            push_line(&mut b, "ADDED", &rendered_json(&render, &info, obj));
+            if !send(Bytes::from(b)).await {
                 return;
             }
         }
@@ -123,13 +152,16 @@ pub async fn watch(st: &ApiState, t: &Target, render: Render) -> Result<Response
         let mut tick =
             tokio::time::interval_at(tokio::time::Instant::now() + bookmark_every, bookmark_every);
         let backlog: Vec<Arc<Event>> = std::mem::take(&mut sub.backlog);
+        let mut buf = Vec::new();
         for e in backlog {
-            if let Some(b) = convert(&e, &prefix, last, &matches, &render, &info)
-                && !send(b).await
-            {
+            convert(&mut buf, &e, &prefix, last, &matches, &render, &info);
+            last = last.max(e.rev);
+            if buf.len() >= COALESCE_BYTES && !send(Bytes::from(std::mem::take(&mut buf))).await {
                 return;
             }
-            last = last.max(e.rev);
+        }
+        if !buf.is_empty() && !send(Bytes::from(buf)).await {
+            return;
         }
         loop {
             tokio::select! {
@@ -145,19 +177,26 @@ pub async fn watch(st: &ApiState, t: &Target, render: Render) -> Result<Response
                     }
                 }
                 ev = sub.live.recv() => match ev {
-                    Ok(e) => {
-                        if let Some(b) = convert(&e, &prefix, last, &matches, &render, &info)
-                            && !send(b).await {
-                                return;
-                            }
+                    Some(e) => {
+                        // This event and those queued behind it, in one write.
+                        let mut buf = Vec::new();
+                        convert(&mut buf, &e, &prefix, last, &matches, &render, &info);
                         last = last.max(e.rev);
+                        while buf.len() < COALESCE_BYTES {
+                            let Ok(e) = sub.live.try_recv() else { break };
+                            convert(&mut buf, &e, &prefix, last, &matches, &render, &info);
+                            last = last.max(e.rev);
+                        }
+                        if !buf.is_empty() && !send(Bytes::from(buf)).await {
+                            return;
+                        }
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    None if sub.lagged() => {
                         let status = ApiError::expired(format!("too old resource version: {last} ({})", last + 1)).status_json();
                         let _ = send(line("ERROR", &status)).await;
                         return;
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    None => return,
                 },
             }
         }
@@ -176,27 +215,37 @@ pub async fn watch(st: &ApiState, t: &Target, render: Render) -> Result<Response
     Ok(resp)
 }
 
+/// Appends the line `e` makes for this watcher, if any: its type follows the selector transition, and
+/// a whole object is the event's shared encoding.
 fn convert(
+    buf: &mut Vec<u8>,
     e: &Event,
     prefix: &str,
     last: i64,
     matches: &impl Fn(&Value) -> bool,
     render: &Render,
     info: &super::registry::ResourceInfo,
-) -> Option<Bytes> {
+) {
     if !e.key.starts_with(prefix) || e.rev <= last {
-        return None;
+        return;
     }
     let now = matches(&e.object);
     let before = e.prev.as_deref().is_some_and(matches);
     let kind = match e.kind {
         EventKind::Deleted if before || now => "DELETED",
-        EventKind::Deleted => return None,
+        EventKind::Deleted => return,
         EventKind::Added if now => "ADDED",
         EventKind::Modified if now && before => "MODIFIED",
         EventKind::Modified if now => "ADDED",
         EventKind::Modified if before => "DELETED",
-        _ => return None,
+        _ => return,
     };
-    Some(line(kind, &render.object(info, &e.object)))
+    match render {
+        Render::Full => push_line(buf, kind, e.object_json()),
+        _ => push_line(
+            buf,
+            kind,
+            &serde_json::to_vec(&render.object(info, &e.object)).unwrap_or_default(),
+        ),
+    }
 }

@@ -1,14 +1,16 @@
-//! The watch cache: ONE etcd watch on `/registry/` kept in a ring buffer of recent events and fanned out to
-//! every HTTP watcher (upstream's cacher, without per-resource caches).
+//! The watch cache: ONE etcd watch on `/registry/` kept in a ring buffer of recent events and handed to
+//! the HTTP watchers whose collection the key is in — as upstream's per-resource cachers do, a pod event
+//! wakes the pod watchers only, not every watch of every kind — each event encoded once for all of them.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use etcd_client::{EventType, WatchOptions};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::storage::{Storage, decode};
@@ -37,6 +39,35 @@ pub struct Event {
     pub object: Arc<Value>,
     /// The object before the change (MODIFIED/DELETED), for selector transitions.
     pub prev: Option<Arc<Value>>,
+    /// `object` as JSON, encoded by the first watcher that sends it whole and shared by the rest
+    /// (upstream's cachingObject).
+    encoded: OnceLock<Vec<u8>>,
+}
+
+impl Event {
+    /// An event of `kind` at `rev` on `key`.
+    pub fn new(
+        rev: i64,
+        key: String,
+        kind: EventKind,
+        object: Arc<Value>,
+        prev: Option<Arc<Value>>,
+    ) -> Self {
+        Event {
+            rev,
+            key,
+            kind,
+            object,
+            prev,
+            encoded: OnceLock::new(),
+        }
+    }
+
+    /// `object` serialized as JSON; encoded once per event, however many watchers send it.
+    pub fn object_json(&self) -> &[u8] {
+        self.encoded
+            .get_or_init(|| serde_json::to_vec(&*self.object).unwrap_or_default())
+    }
 }
 
 /// A watch start that cannot be served: the revision is older than the cache window.
@@ -55,35 +86,63 @@ struct Inner {
     window_start: i64,
     /// The newest revision the cache knows etcd reached.
     rev: i64,
+    /// The HTTP watches, each with the key prefix of its collection.
+    watchers: Vec<Registered>,
+}
+
+/// One HTTP watch as the cache sees it.
+struct Registered {
+    /// Only keys under this prefix are sent.
+    prefix: String,
+    /// Where they go.
+    tx: mpsc::Sender<Arc<Event>>,
+    /// Set when the watcher fell `lag_limit` events behind and was dropped.
+    lagged: Arc<AtomicBool>,
 }
 
 /// Shared watch cache.
 pub struct WatchCache {
     inner: Mutex<Inner>,
+    /// Every event, for internal consumers ([`WatchCache::receiver`]).
     tx: broadcast::Sender<Arc<Event>>,
     capacity: usize,
+    /// Events a watcher may have queued and not yet taken before it is dropped as too slow.
+    lag_limit: usize,
 }
 
 /// A watcher's starting point: buffered events after its revision plus a live receiver.
 pub struct Subscription {
-    /// Buffered events with rev > the requested revision.
+    /// Buffered events under the prefix with rev > the requested revision.
     pub backlog: Vec<Arc<Event>>,
-    /// Live events (may repeat backlog revisions; skip rev <= last seen).
-    pub live: broadcast::Receiver<Arc<Event>>,
+    /// Live events under the prefix (may repeat backlog revisions; skip rev <= last seen). Ends when
+    /// the cache shuts down or the watcher fell too far behind ([`Subscription::lagged`]).
+    pub live: mpsc::Receiver<Arc<Event>>,
+    lagged: Arc<AtomicBool>,
+}
+
+impl Subscription {
+    /// True once `live` ended because the watcher fell too far behind: it must answer 410 Gone, as
+    /// events it has not taken were dropped.
+    pub fn lagged(&self) -> bool {
+        self.lagged.load(Ordering::Acquire)
+    }
 }
 
 impl WatchCache {
     /// An empty cache whose window starts at `rev` (events after it will be recorded).
     pub fn new(rev: i64, capacity: usize) -> Arc<Self> {
-        let (tx, _) = broadcast::channel(capacity.max(16) * 4);
+        let lag_limit = capacity.max(16) * 4;
+        let (tx, _) = broadcast::channel(lag_limit);
         Arc::new(WatchCache {
             inner: Mutex::new(Inner {
                 events: VecDeque::new(),
                 window_start: rev,
                 rev,
+                watchers: Vec::new(),
             }),
             tx,
             capacity,
+            lag_limit,
         })
     }
 
@@ -92,12 +151,15 @@ impl WatchCache {
         self.inner.lock().rev
     }
 
-    /// Starts a watch from `from` (events with rev > from).
+    /// Starts a watch of the keys under `prefix` (a collection's, e.g. `/registry/pods/` or
+    /// `/registry/pods/ns/`) from `from` (events with rev > from). Events of other keys never reach
+    /// it. A watcher that lets more than `4 × capacity` events queue up is dropped (see
+    /// [`Subscription::lagged`]).
     ///
     /// # Errors
     /// [`TooOld`] when events after `from` may have been dropped.
-    pub fn subscribe(&self, from: i64) -> Result<Subscription, TooOld> {
-        let inner = self.inner.lock();
+    pub fn subscribe(&self, prefix: &str, from: i64) -> Result<Subscription, TooOld> {
+        let mut inner = self.inner.lock();
         if from < inner.window_start {
             return Err(TooOld {
                 requested: from,
@@ -107,12 +169,20 @@ impl WatchCache {
         let backlog = inner
             .events
             .iter()
-            .filter(|e| e.rev > from)
+            .filter(|e| e.rev > from && e.key.starts_with(prefix))
             .cloned()
             .collect();
+        let (tx, live) = mpsc::channel(self.lag_limit);
+        let lagged = Arc::new(AtomicBool::new(false));
+        inner.watchers.push(Registered {
+            prefix: prefix.to_string(),
+            tx,
+            lagged: lagged.clone(),
+        });
         Ok(Subscription {
             backlog,
-            live: self.tx.subscribe(),
+            live,
+            lagged,
         })
     }
 
@@ -132,7 +202,21 @@ impl WatchCache {
             }
         }
         // Sending under the lock keeps subscribe() gap-free: a subscriber sees an event either in its
-        // backlog or on its receiver.
+        // backlog or on its receiver. Only the watchers of the key's collection are woken; the others
+        // are only looked at to forget the ones that went away.
+        inner.watchers.retain(|w| {
+            if !e.key.starts_with(&w.prefix) {
+                return !w.tx.is_closed();
+            }
+            match w.tx.try_send(e.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    w.lagged.store(true, Ordering::Release);
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
         let _ = self.tx.send(e);
     }
 
@@ -226,13 +310,13 @@ pub async fn run(
                             EventType::Put => {
                                 let Ok(obj) = decode(&key, kv.value(), rev) else { continue };
                                 let kind = if kv.create_revision() == rev { EventKind::Added } else { EventKind::Modified };
-                                Event { rev, key, kind, object: Arc::new(obj), prev }
+                                Event::new(rev, key, kind, Arc::new(obj), prev)
                             }
                             EventType::Delete => {
                                 // A delete event's kv carries the deletion revision as mod_revision.
                                 let mut obj = prev.as_deref().cloned().unwrap_or_else(|| json!({"metadata": {}}));
                                 super::meta::set(&mut obj, "resourceVersion", Value::String(rev.to_string()));
-                                Event { rev, key, kind: EventKind::Deleted, object: Arc::new(obj), prev }
+                                Event::new(rev, key, EventKind::Deleted, Arc::new(obj), prev)
                             }
                         };
                         next = next.max(event.rev + 1);
@@ -249,13 +333,13 @@ mod tests {
     use super::*;
 
     fn ev(rev: i64) -> Event {
-        Event {
+        Event::new(
             rev,
-            key: format!("/registry/configmaps/ns/{rev}"),
-            kind: EventKind::Added,
-            object: Arc::new(json!({})),
-            prev: None,
-        }
+            format!("/registry/configmaps/ns/{rev}"),
+            EventKind::Added,
+            Arc::new(json!({})),
+            None,
+        )
     }
 
     #[test]
@@ -264,7 +348,7 @@ mod tests {
         for r in 11..=15 {
             cache.push(ev(r));
         }
-        let sub = cache.subscribe(12).unwrap();
+        let sub = cache.subscribe("/registry/configmaps/", 12).unwrap();
         assert_eq!(
             sub.backlog.iter().map(|e| e.rev).collect::<Vec<_>>(),
             vec![13, 14, 15]
@@ -277,9 +361,72 @@ mod tests {
         for r in 11..=15 {
             cache.push(ev(r));
         }
-        let err = cache.subscribe(11).err().unwrap();
+        let err = cache.subscribe("/registry/configmaps/", 11).err().unwrap();
         assert_eq!(err.oldest, 13);
-        assert!(cache.subscribe(12).is_ok());
+        assert!(cache.subscribe("/registry/configmaps/", 12).is_ok());
+    }
+
+    #[test]
+    fn a_watch_gets_only_the_events_of_its_collection() {
+        let cache = WatchCache::new(10, 100);
+        let mut pods = cache.subscribe("/registry/pods/", 10).unwrap();
+        let mut configmaps = cache.subscribe("/registry/configmaps/", 10).unwrap();
+        cache.push(ev(11));
+        cache.push(Event::new(
+            12,
+            "/registry/pods/ns/p".into(),
+            EventKind::Added,
+            Arc::new(json!({})),
+            None,
+        ));
+        assert_eq!(pods.live.try_recv().unwrap().rev, 12);
+        assert!(pods.live.try_recv().is_err());
+        assert_eq!(configmaps.live.try_recv().unwrap().rev, 11);
+        assert!(configmaps.live.try_recv().is_err());
+        let later = cache.subscribe("/registry/pods/", 10).unwrap();
+        assert_eq!(
+            later.backlog.iter().map(|e| e.rev).collect::<Vec<_>>(),
+            vec![12]
+        );
+    }
+
+    #[test]
+    fn a_watcher_that_falls_too_far_behind_is_dropped_as_lagged() {
+        let cache = WatchCache::new(10, 4);
+        let mut sub = cache.subscribe("/registry/configmaps/", 10).unwrap();
+        // At most 4 × max(capacity, 16) = 64 events wait for a watcher.
+        for r in 11..=11 + 64 {
+            cache.push(ev(r));
+        }
+        let mut received = 0;
+        while sub.live.try_recv().is_ok() {
+            received += 1;
+        }
+        assert_eq!(received, 64);
+        assert!(sub.lagged());
+        assert!(sub.live.is_closed());
+    }
+
+    #[test]
+    fn a_watcher_that_went_away_is_forgotten() {
+        let cache = WatchCache::new(10, 100);
+        drop(cache.subscribe("/registry/pods/", 10).unwrap());
+        cache.push(ev(11));
+        assert!(cache.inner.lock().watchers.is_empty());
+    }
+
+    #[test]
+    fn an_event_is_encoded_once_for_every_watcher() {
+        let e = Event::new(
+            11,
+            "/registry/pods/ns/p".into(),
+            EventKind::Added,
+            Arc::new(json!({"metadata": {"name": "p"}})),
+            None,
+        );
+        let first = e.object_json().as_ptr();
+        assert_eq!(e.object_json(), br#"{"metadata":{"name":"p"}}"#);
+        assert_eq!(e.object_json().as_ptr(), first);
     }
 
     #[test]
@@ -289,7 +436,14 @@ mod tests {
             cache.push(ev(r));
         }
         cache.compacted(14);
-        assert!(cache.subscribe(13).is_err());
-        assert_eq!(cache.subscribe(14).unwrap().backlog.len(), 1);
+        assert!(cache.subscribe("/registry/configmaps/", 13).is_err());
+        assert_eq!(
+            cache
+                .subscribe("/registry/configmaps/", 14)
+                .unwrap()
+                .backlog
+                .len(),
+            1
+        );
     }
 }
