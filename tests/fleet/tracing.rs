@@ -1,14 +1,16 @@
 //! Traces across processes: an OTLP receiver inside the test (the collector's TraceService, served with
 //! tonic) receives what a coordinator and a worker process export, and the test follows one object
 //! change from the leader's watch event to the worker's API call, checks that coalesced events become
-//! links of one reconcile, and that a sample ratio of 0 exports nothing.
+//! links of one reconcile, that a failed reconcile's retries stay in its trace, and that a sample ratio
+//! of 0 exports nothing.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
 use kube::api::{Api, PostParams};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -445,6 +447,129 @@ fn journal_worker_args(journal: &std::path::Path) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// A reconcile that fails is retried in the trace of the change that caused it: a quota refuses the
+/// ReplicaSet's pod, the key is retried with backoff, and once the quota allows, the retry that creates
+/// the pod sits under the same `enqueue` span as the failed attempt, in the watch event's trace.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_reconciles_retries_stay_in_the_trace_of_the_change_that_caused_them() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "retried").await;
+    let receiver = Receiver::start().await;
+    let (_fleet, _coordinator, _worker) = traced_fleet(&cluster, &receiver, "1", |fleet, flags| {
+        let mut args = vec!["worker", "--controllers", "replicaset"];
+        args.extend_from_slice(flags);
+        fleet.worker("flotilla", "w0", &args)
+    })
+    .await;
+
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    let quota = |pods: &str| -> ResourceQuota {
+        serde_json::from_value(
+            json!({"metadata": {"name": "pods"}, "spec": {"hard": {"pods": pods}}}),
+        )
+        .expect("quota")
+    };
+    quotas
+        .create(&PostParams::default(), &quota("0"))
+        .await
+        .expect("create the quota");
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx:1"}]}
+            }
+        }
+    }))
+    .expect("replicaset");
+    Api::<ReplicaSet>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &rs)
+        .await
+        .expect("create the ReplicaSet");
+    let key = format!("{ns}/web");
+
+    wait_for(
+        Duration::from_secs(60),
+        "a reconcile refused by the quota",
+        || {
+            let spans = receiver.spans();
+            let key = key.clone();
+            async move {
+                spans
+                    .iter()
+                    .any(|s| {
+                        s.span.name == "reconcile"
+                            && s.attr("key").as_deref() == Some(key.as_str())
+                            && s.attr("outcome").as_deref() == Some("error")
+                    })
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let mut raised = quotas.get("pods").await.expect("the quota");
+    raised.spec = quota("5").spec;
+    quotas
+        .replace("pods", &PostParams::default(), &raised)
+        .await
+        .expect("raise the quota");
+
+    let (spans, chain) = wait_for(
+        Duration::from_secs(60),
+        "the retry that created the pod, in the trace of the ReplicaSet's watch event",
+        || async {
+            let spans = receiver.spans();
+            let create = spans.iter().find(|s| {
+                s.span.name == "create pods"
+                    && s.attr("code").as_deref() == Some("201")
+                    && s.attr("url.path")
+                        .is_some_and(|p| p.contains(&format!("/namespaces/{ns}/")))
+            })?;
+            let chain: Vec<Received> = ancestry(&spans, create).into_iter().cloned().collect();
+            let names: Vec<&str> = chain.iter().map(|s| s.span.name.as_str()).collect();
+            (names[1..] == ["reconcile", "dispatch", "enqueue", "watch_event"])
+                .then_some((spans.clone(), chain))
+        },
+    )
+    .await;
+    let [_, retry, dispatch, enqueue, event] = &chain[..] else {
+        unreachable!("matched above")
+    };
+    print_tree(&spans, &event.trace_id());
+    assert_eq!(event.attr("kind").as_deref(), Some("apps/v1/replicasets"));
+    assert_eq!(dispatch.attr("reason").as_deref(), Some("retry"));
+    assert!(
+        retry.attr("attempt").is_some_and(|a| a != "0"),
+        "the successful run is a retry: {:?}",
+        retry.attr("attempt")
+    );
+    assert_eq!(retry.attr("outcome").as_deref(), Some("success"));
+    // The attempt whose failure the retry answers hangs under the same enqueue, in the same trace.
+    let failed = spans
+        .iter()
+        .find(|s| {
+            s.span.name == "reconcile"
+                && s.attr("outcome").as_deref() == Some("error")
+                && ancestry(&spans, s)
+                    .get(2)
+                    .is_some_and(|e| e.span.span_id == enqueue.span.span_id)
+        })
+        .expect("a failed reconcile under the retry's enqueue");
+    assert_eq!(failed.trace_id(), event.trace_id());
+    let failed_names: Vec<&str> = ancestry(&spans, failed)
+        .iter()
+        .map(|s| s.span.name.as_str())
+        .collect();
+    assert_eq!(
+        failed_names,
+        ["reconcile", "dispatch", "enqueue", "watch_event"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

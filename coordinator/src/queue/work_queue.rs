@@ -45,8 +45,9 @@ pub struct WorkQueue<K: Clone + Eq + Hash, R = ()> {
     /// Keys handed out by `get` and not yet `done`, with the time they were handed out, the reason
     /// they run and the traces merged into the run. Disjoint from `queue`.
     processing: HashMap<K, (Instant, R, TraceLinks)>,
-    /// Keys waiting out an `add_after` delay; independent of the sets above (a key may wait and be queued).
-    waiting: Waiting<K, R>,
+    /// Keys waiting out an `add_after` delay, with why and the sampled trace they continue; independent
+    /// of the sets above (a key may wait and be queued).
+    waiting: Waiting<K, (R, Option<TraceContext>)>,
     rate_limiter: Box<dyn RateLimiter<K> + Send>,
     metrics: QueueMetrics,
     /// Once set, nothing is queued again and `get` returns `None`.
@@ -184,16 +185,29 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
 
     /// [`WorkQueue::add_after`] for `reason`.
     pub fn add_after_because(&mut self, key: K, delay: Duration, reason: R) {
+        self.add_after_traced(key, delay, reason, None);
+    }
+
+    /// [`WorkQueue::add_after_because`] continuing the sampled trace `trace`: the add, when its delay
+    /// is over, is traced as [`WorkQueue::add_traced`]'s (if the key already waits, the earlier entry
+    /// and its trace stay).
+    pub fn add_after_traced(
+        &mut self,
+        key: K,
+        delay: Duration,
+        reason: R,
+        trace: Option<TraceContext>,
+    ) {
         if self.shutting_down {
             return;
         }
         self.metrics.retries.inc();
         if delay.is_zero() {
-            self.add_because(key, || reason);
+            let _ = self.add_traced(key, || reason, trace);
             return;
         }
         self.waiting
-            .insert(key, Instant::now() + delay.min(MAX_DELAY), reason);
+            .insert(key, Instant::now() + delay.min(MAX_DELAY), (reason, trace));
     }
 
     /// Adds `key` after the delay the rate limiter gives it, recording one more failure of `key`.
@@ -206,11 +220,17 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
 
     /// [`WorkQueue::add_rate_limited`] for `reason`.
     pub fn add_rate_limited_because(&mut self, key: K, reason: R) {
+        self.add_rate_limited_traced(key, reason, None);
+    }
+
+    /// [`WorkQueue::add_rate_limited_because`] continuing the sampled trace `trace` (see
+    /// [`WorkQueue::add_after_traced`]): a retry stays in the trace of the change that failed.
+    pub fn add_rate_limited_traced(&mut self, key: K, reason: R, trace: Option<TraceContext>) {
         if self.shutting_down {
             return;
         }
         let delay = self.rate_limiter.when(&key, Instant::now());
-        self.add_after_because(key, delay, reason);
+        self.add_after_traced(key, delay, reason, trace);
     }
 
     /// Stops the rate limiter tracking `key`, so its next failure backs off from the start. Call it when `key`
@@ -228,8 +248,8 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
     /// the waiting set (a key that was already queued is not queued twice).
     pub fn promote_due(&mut self, now: Instant) -> usize {
         let mut promoted = 0;
-        while let Some((key, reason)) = self.waiting.pop_due(now) {
-            self.add_because(key, || reason);
+        while let Some((key, (reason, trace))) = self.waiting.pop_due(now) {
+            let _ = self.add_traced(key, || reason, trace);
             promoted += 1;
         }
         promoted

@@ -483,3 +483,26 @@ async fn untraced_adds_carry_no_traces() {
     assert!(q.traces(&"a").is_empty());
     assert!(q.traces(&"zzz").is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limited_retry_carries_the_failed_runs_trace_through_its_delay() {
+    let mut q = queue_with_reasons();
+    q.add_traced("a", || "changed", Some(trace(1)));
+    assert_eq!(q.get(), Some("a"));
+    let failed = q.traces(&"a").first();
+    q.add_rate_limited_traced("a", "retry", failed);
+    q.done(&"a");
+    assert_eq!(q.get(), None, "the retry waits out its backoff");
+    tokio::time::advance(ms(5)).await;
+    q.promote_due(tokio::time::Instant::now());
+    assert_eq!(q.get(), Some("a"));
+    assert_eq!(q.reason(&"a"), Some(&"retry"));
+    assert_eq!(q.traces(&"a").as_slice(), [trace(1)]);
+    // Without a trace the delayed add carries none.
+    q.add_after_because("a", ms(10), "later");
+    q.done(&"a");
+    tokio::time::advance(ms(10)).await;
+    q.promote_due(tokio::time::Instant::now());
+    assert_eq!(q.get(), Some("a"));
+    assert!(q.traces(&"a").is_empty());
+}

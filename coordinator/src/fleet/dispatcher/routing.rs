@@ -49,9 +49,12 @@ impl Dispatcher {
             }
             Outcome::Error => {
                 state.counters.error.inc();
+                // The retry continues the trace of the change that failed (the key is still
+                // processing, so its traces are at hand); a requeue-after is a new cause.
+                let trace = state.queue.traces(&item.key).first();
                 state
                     .queue
-                    .add_rate_limited_because(item.key.clone(), Reason::Retry);
+                    .add_rate_limited_traced(item.key.clone(), Reason::Retry, trace);
             }
         }
         if item.foreign {
