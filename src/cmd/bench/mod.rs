@@ -12,6 +12,7 @@ mod memory;
 mod otlp_sink;
 mod process_stats;
 mod rollout;
+mod rollout_watch;
 mod scaleout;
 
 use std::path::Path;

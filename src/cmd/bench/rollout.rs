@@ -18,11 +18,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use super::local_fleet::{self, LocalFleet};
 use super::process_stats::{cpu_seconds, fetch_metrics, peak_rss_mib, samples};
+use super::rollout_watch::RolloutWatch;
 use super::{median, write_json};
 
 /// The namespace the Deployments are created in (with the run's suffix on a cluster of the user's).
@@ -30,9 +31,6 @@ pub(super) const NAMESPACE: &str = "bench";
 
 /// Creates in flight at once from the benchmark's own (unlimited) client.
 const CREATE_CONCURRENCY: usize = 32;
-
-/// How often the benchmark lists the Deployments to see whether they are Available.
-const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How long the workers' request counters must stand still to count as settled.
 const SETTLE_QUIET: Duration = Duration::from_secs(2);
@@ -314,35 +312,16 @@ async fn one_run(
 async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<RunResult> {
     // The clock starts at the first create: from then on the controllers may see work.
     let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), fleet.namespace());
+    let mut watch = RolloutWatch::start(deployments.clone(), args.replicas, args.until);
     let cpu_before = cpu_of(fleet)?;
     let start = Instant::now();
     create_deployments(&deployments, args.deployments, args.replicas).await?;
     let create_seconds = start.elapsed().as_secs_f64();
 
-    let mut last_report = Instant::now();
-    let seconds = loop {
-        let available = rolled_out_count(&deployments, args.replicas, args.until).await;
-        if available == args.deployments {
-            break start.elapsed().as_secs_f64();
-        }
-        if start.elapsed() > args.timeout {
-            bail!(
-                "only {available} of {} Deployments were rolled out after {:?}",
-                args.deployments,
-                args.timeout
-            );
-        }
-        fleet.check_running()?;
-        if last_report.elapsed() >= Duration::from_secs(10) {
-            eprintln!(
-                "  {available}/{} rolled out after {:.0}s",
-                args.deployments,
-                start.elapsed().as_secs_f64()
-            );
-            last_report = Instant::now();
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
-    };
+    watch
+        .wait_for(args.deployments, fleet, args.timeout)
+        .await?;
+    let seconds = start.elapsed().as_secs_f64();
 
     // CPU, counters and memory are read before anything stops, so they describe the rollout.
     let cpu_after = cpu_of(fleet)?;
@@ -483,35 +462,9 @@ pub(super) async fn roll_out(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), fleet.namespace());
+    let mut watch = RolloutWatch::start(deployments.clone(), replicas, goal);
     create_deployments(&deployments, n, replicas).await?;
-    let deadline = Instant::now() + timeout;
-    while rolled_out_count(&deployments, replicas, goal).await < n {
-        fleet.check_running()?;
-        if Instant::now() > deadline {
-            bail!("the {n} Deployments did not roll out within {timeout:?}");
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
-    Ok(())
-}
-
-/// How many of the Deployments are rolled out (0 when they cannot be listed, which is logged).
-pub(super) async fn rolled_out_count(
-    deployments: &Api<Deployment>,
-    replicas: i32,
-    goal: Goal,
-) -> usize {
-    match deployments.list(&ListParams::default()).await {
-        Ok(list) => list
-            .items
-            .iter()
-            .filter(|d| rolled_out(d, replicas, goal))
-            .count(),
-        Err(err) => {
-            tracing::warn!(error = %err, "cannot list the Deployments; retrying");
-            0
-        }
-    }
+    watch.wait_for(n, fleet, timeout).await
 }
 
 fn deployment_name(i: usize) -> String {
