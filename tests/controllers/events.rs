@@ -17,24 +17,10 @@ use serde_json::json;
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::Fleet;
 use crate::support::namespace::unique_namespace;
+use crate::support::objects::deployment;
 use crate::support::wait::wait_for;
 
 const CONVERGE: Duration = Duration::from_secs(60);
-
-fn deployment(name: &str, replicas: i32) -> Deployment {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "main", "image": "nginx:1"}]}
-            }
-        }
-    }))
-    .unwrap()
-}
 
 /// The Event about `object` with `reason` and `message`, once there is exactly one.
 async fn the_event(events: &Api<Event>, object: &str, reason: &str, message: &str) -> Event {

@@ -178,6 +178,31 @@ fn ancestry<'a>(spans: &'a [Received], span: &'a Received) -> Vec<&'a Received> 
     chain
 }
 
+/// Waits for a successful API call `call` (a client span is named after its call: `create pods`) into
+/// namespace `ns` whose parents reach up to a watch event; returns every span received by then and the
+/// call's chain: the call, `reconcile`, `dispatch`, `enqueue`, `watch_event`.
+async fn call_trace(
+    receiver: &Receiver,
+    call: &str,
+    ns: &str,
+    what: &str,
+) -> (Vec<Received>, Vec<Received>) {
+    wait_for(Duration::from_secs(60), what, || async {
+        let spans = receiver.spans();
+        let found = spans.iter().find(|s| {
+            s.span.name == call
+                && s.attr("code").is_some_and(|c| c.starts_with('2'))
+                && s.attr("url.path")
+                    .is_some_and(|p| p.contains(&format!("/namespaces/{ns}/")))
+        })?;
+        let chain: Vec<Received> = ancestry(&spans, found).into_iter().cloned().collect();
+        let names: Vec<&str> = chain.iter().map(|s| s.span.name.as_str()).collect();
+        (names[1..] == ["reconcile", "dispatch", "enqueue", "watch_event"])
+            .then_some((spans.clone(), chain))
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn one_object_change_is_one_trace_from_the_leaders_watch_event_to_the_workers_api_call() {
     let cluster = TestCluster::start().await;
@@ -202,23 +227,11 @@ async fn one_object_change_is_one_trace_from_the_leaders_watch_event_to_the_work
     let key = format!("{ns}/traced");
 
     // The worker's create of the child, and every span up to the root of its trace.
-    let (spans, chain) = wait_for(
-        Duration::from_secs(60),
+    let (spans, chain) = call_trace(
+        &receiver,
+        "create configmaps",
+        &ns,
         "the trace of the reconcile that created the child, with its leader's spans",
-        || async {
-            let spans = receiver.spans();
-            let create = spans.iter().find(|s| {
-                // A client span is named after its call (`create configmaps`).
-                s.span.name == "create configmaps"
-                    && s.attr("verb").as_deref() == Some("create")
-                    && s.attr("url.path")
-                        .is_some_and(|p| p.contains(&format!("/namespaces/{ns}/")))
-            })?;
-            let chain: Vec<Received> = ancestry(&spans, create).into_iter().cloned().collect();
-            let names: Vec<&str> = chain.iter().map(|s| s.span.name.as_str()).collect();
-            (names[1..] == ["reconcile", "dispatch", "enqueue", "watch_event"])
-                .then_some((spans.clone(), chain))
-        },
     )
     .await;
     let [api, reconcile, dispatch, enqueue, event] = &chain[..] else {
@@ -520,22 +533,11 @@ async fn a_failed_reconciles_retries_stay_in_the_trace_of_the_change_that_caused
         .await
         .expect("raise the quota");
 
-    let (spans, chain) = wait_for(
-        Duration::from_secs(60),
+    let (spans, chain) = call_trace(
+        &receiver,
+        "create pods",
+        &ns,
         "the retry that created the pod, in the trace of the ReplicaSet's watch event",
-        || async {
-            let spans = receiver.spans();
-            let create = spans.iter().find(|s| {
-                s.span.name == "create pods"
-                    && s.attr("code").as_deref() == Some("201")
-                    && s.attr("url.path")
-                        .is_some_and(|p| p.contains(&format!("/namespaces/{ns}/")))
-            })?;
-            let chain: Vec<Received> = ancestry(&spans, create).into_iter().cloned().collect();
-            let names: Vec<&str> = chain.iter().map(|s| s.span.name.as_str()).collect();
-            (names[1..] == ["reconcile", "dispatch", "enqueue", "watch_event"])
-                .then_some((spans.clone(), chain))
-        },
     )
     .await;
     let [_, retry, dispatch, enqueue, event] = &chain[..] else {
