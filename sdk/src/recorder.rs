@@ -18,7 +18,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource};
 use tokio::sync::mpsc;
-use tracing::Instrument;
 
 use crate::event_correlator::{Correlated, EventCorrelator, event_name};
 
@@ -58,13 +57,10 @@ pub struct EventRecorder {
 
 struct Inner {
     component: String,
-    queue: mpsc::Sender<Queued>,
-}
-
-/// An Event waiting to be written, with the span it was recorded in (its API calls go under it).
-struct Queued {
-    event: Event,
-    span: tracing::Span,
+    /// Events waiting to be written. The span an Event was recorded in is not kept with it: holding
+    /// the reconcile's span until the Event is written would stretch the reconcile's recorded duration
+    /// by the queue's wait, so Event writes are not part of the reconcile's trace.
+    queue: mpsc::Sender<Event>,
 }
 
 impl EventRecorder {
@@ -139,11 +135,7 @@ impl EventRecorder {
             count: Some(1),
             ..Default::default()
         };
-        let queued = Queued {
-            event,
-            span: tracing::Span::current(),
-        };
-        if self.inner.queue.try_send(queued).is_err() {
+        if self.inner.queue.try_send(event).is_err() {
             tracing::debug!(
                 reason,
                 object = ?regarding.name,
@@ -154,13 +146,11 @@ impl EventRecorder {
 }
 
 /// The writer task: each queued Event, correlated and written, one at a time.
-async fn write_all(client: kube::Client, mut queued: mpsc::Receiver<Queued>) {
+async fn write_all(client: kube::Client, mut queued: mpsc::Receiver<Event>) {
     let correlator = EventCorrelator::default();
-    while let Some(Queued { event, span }) = queued.recv().await {
+    while let Some(event) = queued.recv().await {
         let correlated = correlator.correlate(event);
-        write(&client, &correlator, correlated)
-            .instrument(span)
-            .await;
+        write(&client, &correlator, correlated).await;
     }
 }
 
