@@ -1,8 +1,8 @@
 //! The worker's Kubernetes HTTP stack, built once: a shared hyper client (one connection pool) with
 //! kube's TLS, base URI, auth and header layers, behind the request counter. Each controller gets its
-//! own rate limiter over it, as kube-controller-manager gives each controller its own client with
-//! `--kube-api-qps` / `--kube-api-burst` and a User-Agent naming it; each reconcile gets its own `kube::Client` over its
-//! controller's stack, with the write-recording layer on top. Events go out through one more limiter
+//! own rate limiter over it and a User-Agent naming it, as kube-controller-manager gives each
+//! controller its own client with `--kube-api-qps` / `--kube-api-burst`; each reconcile gets its own
+//! `kube::Client` over its controller's stack, with the write-recording layer on top. Events go out through one more limiter
 //! of the same size shared by the worker's controllers, as kube-controller-manager's event broadcaster
 //! has a client of its own: an Event never spends a controller's budget.
 
