@@ -10,6 +10,7 @@ pub mod support;
 mod api {
     pub mod common;
 
+    mod annotations;
     mod compaction;
     mod crd;
     mod crud;

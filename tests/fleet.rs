@@ -19,6 +19,7 @@ mod fleet {
     mod exclusivity;
     mod failover;
     mod greeting;
+    mod hardening;
     mod hostile_peers;
     mod mapping_rules;
     mod metrics;

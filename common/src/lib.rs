@@ -25,7 +25,7 @@ pub use duration::{DurationError, parse_duration};
 pub use etcd::{
     DEFAULT_ETCD_PREFIX, Elected, Election, ElectionError, EtcdClientConfig, EtcdConnectError,
     EtcdFlags, EtcdOptionsError, LeaderInfo, Leadership, Session, SessionConfig, SessionError,
-    connect_etcd, register_session_metrics,
+    connect_etcd, get_prefix_paged, register_session_metrics,
 };
 pub use keys::FleetKeys;
 pub use kubeconfig::{KubeConfigError, counted_kube_client, kube_client, kube_config};

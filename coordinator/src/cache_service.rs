@@ -1,5 +1,6 @@
 //! The `Cache` gRPC service: the workers' lister, answered from the leader's informer cache, only to the
-//! fleet's live workers and only for the kinds its controllers declared.
+//! fleet's live workers, each only for the kinds its own controllers declared, and with a bounded number
+//! of List answers in flight.
 
 use std::sync::Arc;
 
@@ -15,6 +16,14 @@ use crate::fleet::{AccessDenied, CacheAccess};
 use crate::informer::IndexLookupError;
 use crate::metrics::FleetMetrics;
 use crate::{Informers, Store};
+
+mod inflight;
+mod until_sent;
+
+pub use inflight::CacheListLimits;
+use inflight::{BudgetExhausted, ListBudget};
+pub use until_sent::HoldUntilSent;
+use until_sent::SendPermit;
 
 /// Why a Cache request was refused; mapped to a gRPC status at the edge.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +48,8 @@ enum CacheServiceError {
     WrongCertificate(IdentityError),
     #[error(transparent)]
     Denied(#[from] AccessDenied),
+    #[error(transparent)]
+    Busy(BudgetExhausted),
     #[error(
         "unknown index {0:?}: expected \"namespace\", \"owner-uid\", \"node-name\" or an index a controller of the fleet declared for the kind"
     )]
@@ -47,14 +58,6 @@ enum CacheServiceError {
     AmbiguousIndex(IndexLookupError),
     #[error("invalid label_selector: {0}")]
     BadSelector(SelectorError),
-    #[error(
-        "list of {kind} is {bytes} bytes, over the {limit} byte message limit: narrow it by namespace, selector or index"
-    )]
-    TooLarge {
-        kind: ResourceKind,
-        bytes: usize,
-        limit: usize,
-    },
 }
 
 impl From<CacheServiceError> for Status {
@@ -74,7 +77,7 @@ impl From<CacheServiceError> for Status {
             CacheServiceError::Denied(_) | CacheServiceError::WrongCertificate(_) => {
                 Status::permission_denied(message)
             }
-            CacheServiceError::TooLarge { .. } => Status::resource_exhausted(message),
+            CacheServiceError::Busy(_) => Status::resource_exhausted(message),
         }
     }
 }
@@ -88,6 +91,8 @@ pub struct CacheService {
     informers: Informers,
     access: AccessSource,
     metrics: FleetMetrics,
+    /// Room for List answers in flight.
+    budget: ListBudget,
 }
 
 /// The `Cache` gRPC server over `informers`, accepting and sending messages up to
@@ -97,20 +102,27 @@ pub struct CacheService {
 /// the view lists on the lease the request's metadata names, and only for a kind it lists; otherwise
 /// `Unavailable`, `Unauthenticated` or `PermissionDenied`, counted in `flotilla_bad_input_total`. A
 /// request never starts an informer; a declared kind not yet synced is `Unavailable` and the worker
-/// retries. Malformed requests are `InvalidArgument`, a list too large for one message
-/// `ResourceExhausted`.
+/// retries. Malformed requests are `InvalidArgument`.
+///
+/// List answers in flight (built, or not yet handed to the connection) hold at most `limits`' bytes,
+/// in total and per worker; a List that finds no room within `limits.wait` is `ResourceExhausted`,
+/// counted as `cache_list_inflight` in `flotilla_bad_input_total`.
 pub fn cache_service(
     informers: Informers,
     access: AccessSource,
     metrics: FleetMetrics,
-) -> CacheServer<CacheService> {
-    CacheServer::new(CacheService {
-        informers,
-        access,
-        metrics,
-    })
-    .max_decoding_message_size(proto::MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(proto::MAX_MESSAGE_BYTES)
+    limits: CacheListLimits,
+) -> HoldUntilSent<CacheServer<CacheService>> {
+    HoldUntilSent::new(
+        CacheServer::new(CacheService {
+            informers,
+            access,
+            metrics,
+            budget: ListBudget::new(limits),
+        })
+        .max_decoding_message_size(proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(proto::MAX_MESSAGE_BYTES),
+    )
 }
 
 /// The caller's worker id and lease from the request's metadata.
@@ -168,7 +180,7 @@ impl CacheService {
         check_worker_identity(peer_certs, &worker).map_err(CacheServiceError::WrongCertificate)?;
         let kind = ResourceKind::from(kind.ok_or(CacheServiceError::MissingKind)?);
         kind.validate().map_err(CacheServiceError::InvalidKind)?;
-        access.check(&worker, lease, &kind)?;
+        access.check(&worker, lease, &kind, |k| self.informers.store(k).is_some())?;
         match self.informers.store(&kind) {
             Some(store) if self.informers.is_synced(&kind) => Ok((kind, store)),
             _ => Err(CacheServiceError::NotSynced(kind)),
@@ -210,7 +222,26 @@ impl Cache for CacheService {
             peer_certs.as_deref().map(Vec::as_slice),
             request.kind.clone(),
         )?;
-        Ok(Response::new(list(&kind, &store, &request)?))
+        let answer = list(&kind, &store, &request)?;
+        // Building the answer only cloned references to cached objects; what costs memory is its
+        // encoding and sending, which the permit covers (see `until_sent`).
+        let bytes = answer.objects.iter().map(bytes::Bytes::len).sum();
+        let worker = identity(&metadata).map_or_else(String::new, |(w, _)| w);
+        let permit = match self.budget.acquire(&worker, bytes).await {
+            Ok(permit) => permit,
+            Err(busy) => {
+                if let Verdict::Log { suppressed } =
+                    self.metrics.refused(&worker, "cache_list_inflight")
+                {
+                    warn!(worker, %kind, bytes, in_flight = self.budget.in_flight_bytes(), suppressed,
+                        error = %busy, "refusing a cache List: too many answers in flight");
+                }
+                return Err(CacheServiceError::Busy(busy).into());
+            }
+        };
+        let mut response = Response::new(answer);
+        response.extensions_mut().insert(SendPermit::new(permit));
+        Ok(response)
     }
 }
 
@@ -248,29 +279,49 @@ fn list(
             },
         },
     };
-    let objects: Vec<bytes::Bytes> = candidates
+    let mut selected: Vec<_> = candidates
         .iter()
         .filter(|o| {
             request.namespace.is_empty()
                 || o.namespace.as_deref() == Some(request.namespace.as_str())
         })
         .filter(|o| selector.matches(&o.labels))
-        .map(|o| o.json.clone())
+        .map(|o| (page_key(o.namespace.as_deref(), &o.name), o))
+        .filter(|(key, _)| request.r#continue.is_empty() || *key > request.r#continue)
         .collect();
-    // Room for the response's framing next to the objects themselves.
-    let limit = proto::MAX_MESSAGE_BYTES - 64 * 1024;
-    let bytes: usize = objects.iter().map(bytes::Bytes::len).sum();
-    if bytes > limit {
-        return Err(CacheServiceError::TooLarge {
-            kind: kind.clone(),
-            bytes,
-            limit,
-        });
+    selected.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut objects = Vec::new();
+    let mut bytes = 0;
+    let mut next = String::new();
+    for (i, (_, object)) in selected.iter().enumerate() {
+        // Always at least one object, so every page makes progress (one object is at most etcd's
+        // 1.5 MiB, far under the message limit).
+        if i > 0 && bytes + object.json.len() > LIST_PAGE_BYTES {
+            next.clone_from(&selected[i - 1].0);
+            break;
+        }
+        bytes += object.json.len();
+        objects.push(object.json.clone());
     }
     Ok(proto::ListResponse {
         objects,
         resource_version: resource_version.to_string(),
+        r#continue: next,
     })
+}
+
+/// A List answer ends its page before it would pass this many bytes of objects, and says where to
+/// continue: a quarter of the 16 MiB message limit, so a page never nears it whatever its objects
+/// weigh, and the memory one answer holds stays small and bounded (a page of 4 MiB is still thousands of
+/// ordinary objects, so most Lists are one page).
+pub const LIST_PAGE_BYTES: usize = proto::MAX_MESSAGE_BYTES / 4;
+
+/// The position of an object in a paged List: `namespace/name`, or `name` (cluster-scoped kinds).
+fn page_key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -320,6 +371,7 @@ mod tests {
             label_selector: selector.into(),
             index: index.into(),
             index_value: value.into(),
+            ..Default::default()
         }
     }
 
@@ -419,18 +471,37 @@ mod tests {
         ResourceKind::new("", "v1", "Secret", "secrets", true)
     }
 
-    /// A service whose access view lists worker `w0` on lease 7 and the kind pods.
+    /// A service whose access view lists worker `w0` on lease 7 reading the kind pods.
     fn service(informers: &Informers) -> (CacheService, FleetMetrics) {
+        service_with(informers, &[("w0", 7, pods())], CacheListLimits::default())
+    }
+
+    /// A service whose access view lists each (worker, lease, kind it reads).
+    fn service_with(
+        informers: &Informers,
+        workers: &[(&str, i64, ResourceKind)],
+        limits: CacheListLimits,
+    ) -> (CacheService, FleetMetrics) {
         let access = CacheAccess::default();
         access.publish(
-            std::collections::HashMap::from([("w0".to_owned(), 7)]),
-            std::collections::HashSet::from([pods()]),
+            workers
+                .iter()
+                .map(|(worker, lease, kind)| {
+                    let reads = crate::WorkerReads {
+                        lease: *lease,
+                        kinds: [kind.clone()].into(),
+                        owner_graph: false,
+                    };
+                    ((*worker).to_owned(), reads)
+                })
+                .collect(),
         );
         let metrics = FleetMetrics::default();
         let service = CacheService {
             informers: informers.clone(),
             access: Arc::new(move || Some(access.clone())),
             metrics: metrics.clone(),
+            budget: ListBudget::new(limits),
         };
         (service, metrics)
     }
@@ -524,6 +595,7 @@ mod tests {
             informers: informers.clone(),
             access: Arc::new(|| None),
             metrics: FleetMetrics::default(),
+            budget: ListBudget::new(CacheListLimits::default()),
         };
         let status = service
             .get(as_worker(get(&pods()), "w0", "7"))
@@ -560,5 +632,103 @@ mod tests {
             informers.kinds().is_empty(),
             "a malformed kind must not start an informer"
         );
+    }
+
+    fn configmaps() -> ResourceKind {
+        ResourceKind::new("", "v1", "ConfigMap", "configmaps", true)
+    }
+
+    /// A Kubernetes API that lists `n` ConfigMaps of about 200 KB each in namespace `a` and whose
+    /// watches never answer: the informer syncs at once and stays quiet.
+    fn api_of_big_configmaps(n: usize) -> kube::Client {
+        let service = tower::service_fn(
+            move |request: http::Request<kube::client::Body>| async move {
+                if request
+                    .uri()
+                    .query()
+                    .is_some_and(|q| q.contains("watch=true"))
+                {
+                    std::future::pending::<()>().await;
+                }
+                let items: Vec<_> = (0..n)
+                    .map(|i| {
+                        json!({"metadata": {"name": format!("big-{i}"), "namespace": "a",
+                        "uid": format!("u-{i}"), "resourceVersion": "1"},
+                        "data": {"blob": "x".repeat(200_000)}})
+                    })
+                    .collect();
+                let list = json!({"apiVersion": "v1", "kind": "ConfigMapList",
+                "metadata": {"resourceVersion": "1"}, "items": items});
+                let body = serde_json::to_vec(&list).unwrap_or_default();
+                Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
+                    body,
+                )))
+            },
+        );
+        kube::Client::new(service, "default")
+    }
+
+    /// Regression: concurrent Lists had no in-flight bound (200 Lists of 8.5 MB took a coordinator
+    /// from 51 MB to 1.7 GB). Answers not yet sent hold their room; Lists beyond it are refused, each
+    /// counted, and the room comes back when an answer is gone.
+    #[tokio::test]
+    async fn lists_beyond_the_in_flight_budget_are_refused_and_counted_until_answers_are_sent() {
+        let informers = Informers::new(
+            api_of_big_configmaps(5),
+            &mut prometheus_client::registry::Registry::default(),
+        );
+        informers.ensure(&configmaps());
+        let started = tokio::time::Instant::now();
+        while !informers.is_synced(&configmaps()) {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "no sync"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Each answer is about 1 MB: two fit the budget, a third does not.
+        let limits = CacheListLimits {
+            total_bytes: 2 * 1024 * 1024 + 100_000,
+            per_worker_bytes: 2 * 1024 * 1024 + 100_000,
+            wait: std::time::Duration::ZERO,
+        };
+        let (service, metrics) = service_with(&informers, &[("w0", 7, configmaps())], limits);
+        let list = || {
+            as_worker(
+                proto::ListRequest {
+                    kind: Some((&configmaps()).into()),
+                    ..Default::default()
+                },
+                "w0",
+                "7",
+            )
+        };
+        let first = service.list(list()).await.unwrap();
+        assert_eq!(first.get_ref().objects.len(), 5);
+        let second = service.list(list()).await.unwrap();
+        let mut refused = 0;
+        for _ in 0..10 {
+            let status = service.list(list()).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+            assert!(
+                status.message().contains("--max-cache-list-inflight-bytes"),
+                "{}",
+                status.message()
+            );
+            refused += 1;
+        }
+        let counted = metrics
+            .bad_input
+            .get_or_create(&crate::metrics::ReasonLabel {
+                reason: "cache_list_inflight".into(),
+            })
+            .get();
+        assert_eq!(counted, refused);
+        assert!(service.budget.in_flight_bytes() <= limits.total_bytes);
+        // An answer sent (here: dropped) gives its room back.
+        drop(first);
+        service.list(list()).await.unwrap();
+        drop(second);
+        informers.shutdown();
     }
 }

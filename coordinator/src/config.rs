@@ -57,6 +57,29 @@ pub struct CoordinatorConfig {
     /// `--unserved-kind-timeout`: an informer whose kind answers only 404 for this long stops and is
     /// reported in status. Default 1 min: time for a CRD applied with the fleet to be established.
     pub unserved_kind_timeout: Duration,
+    /// `--dispatch-batch-bytes`: Assigns to one worker go out in messages of at most this many bytes,
+    /// and an item bigger than this alone goes without its prefetched objects (the worker reads them
+    /// through the Cache service). Default 4 MiB: a quarter of the 16 MiB message limit, so no batch,
+    /// and no single item (one object is at most 1.5 MiB in etcd), can break a worker's stream.
+    pub dispatch_batch_bytes: usize,
+    /// `--dispatch-stall-timeout`: a leader whose queues hold keys while it has dispatched nothing to
+    /// any live worker for this long says not ready, and so does a coordinator that has seen no leader
+    /// for this long. Default 1 min: longer than any rebalance, failover or read-your-writes hold of a
+    /// healthy fleet, short enough to alert while the cluster has stopped converging.
+    pub dispatch_stall_timeout: Duration,
+    /// `--max-cache-list-inflight-bytes`: Cache List answers being built or sent at once hold at most
+    /// this many bytes of objects; a List beyond it waits up to `cache_list_inflight_wait`, then is
+    /// refused with `ResourceExhausted`. Default 256 MiB: sixteen answers at the 16 MiB message limit,
+    /// far above what a healthy fleet lists at once, and a bound a coordinator's memory request can
+    /// plan for (200 concurrent 8.5 MB Lists took one from 51 MB to 1.7 GB before this bound).
+    pub max_cache_list_inflight_bytes: usize,
+    /// `--max-cache-list-inflight-bytes-per-worker`: the share of that one worker may hold. Default
+    /// 64 MiB, a quarter: however hard one worker lists, three quarters stay for the rest of the fleet.
+    pub max_cache_list_inflight_bytes_per_worker: usize,
+    /// `--cache-list-inflight-wait`: how long a List waits for room before it is refused. Default 2 s:
+    /// a burst (a failover's resyncs) drains within it, while a flood is refused well before the
+    /// clients' own deadlines, so refused requests do not pile up as waiting ones.
+    pub cache_list_inflight_wait: Duration,
     /// `--namespaces` / `--namespace-selector`: the namespaces whose objects the informers cover
     /// (cluster-scoped kinds stay cluster-wide). Default every namespace, as kube-controller-manager;
     /// scoped, several fleets share one cluster without touching each other's objects.
@@ -89,6 +112,11 @@ impl CoordinatorConfig {
             max_controller_concurrency: 10_000,
             controller_retire_after: Duration::from_secs(600),
             unserved_kind_timeout: Duration::from_secs(60),
+            dispatch_batch_bytes: 4 * 1024 * 1024,
+            dispatch_stall_timeout: Duration::from_secs(60),
+            max_cache_list_inflight_bytes: 256 * 1024 * 1024,
+            max_cache_list_inflight_bytes_per_worker: 64 * 1024 * 1024,
+            cache_list_inflight_wait: Duration::from_secs(2),
             namespaces: NamespaceScope::All,
             tls: None,
         }
@@ -140,6 +168,20 @@ impl CoordinatorConfig {
                 "--controller-retire-after and --unserved-kind-timeout must be at least 1s".into(),
             ));
         }
+        if !(64 * 1024..=flotilla_proto::MAX_MESSAGE_BYTES / 2).contains(&self.dispatch_batch_bytes)
+        {
+            return Err(ConfigError(format!(
+                "--dispatch-batch-bytes must be in 65536..={}, not {}",
+                flotilla_proto::MAX_MESSAGE_BYTES / 2,
+                self.dispatch_batch_bytes
+            )));
+        }
+        if self.dispatch_stall_timeout < Duration::from_secs(1) {
+            return Err(ConfigError(
+                "--dispatch-stall-timeout must be at least 1s".into(),
+            ));
+        }
+        self.validate_cache_list_inflight()?;
         if let NamespaceScope::Names(names) = &self.namespaces {
             for name in names {
                 flotilla_common::validate_label(name).map_err(|reason| {
@@ -153,6 +195,41 @@ impl CoordinatorConfig {
                     "--namespaces needs at least one namespace".into(),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// The bounds of the Cache service's List answers in flight, as the flags give them.
+    pub fn cache_list_limits(&self) -> crate::CacheListLimits {
+        crate::CacheListLimits {
+            total_bytes: self.max_cache_list_inflight_bytes,
+            per_worker_bytes: self.max_cache_list_inflight_bytes_per_worker,
+            wait: self.cache_list_inflight_wait,
+        }
+    }
+
+    /// The List bounds: at least 1 MiB each (a List needs room for its page), the per-worker share at
+    /// most the total, at most 64 GiB (a typo, not a plan), and a wait of at most a minute.
+    fn validate_cache_list_inflight(&self) -> Result<(), ConfigError> {
+        const MIB: usize = 1024 * 1024;
+        let total = self.max_cache_list_inflight_bytes;
+        let per_worker = self.max_cache_list_inflight_bytes_per_worker;
+        if !(MIB..=64 * 1024 * MIB).contains(&total) {
+            return Err(ConfigError(format!(
+                "--max-cache-list-inflight-bytes must be in {MIB}..={}, not {total}",
+                64 * 1024 * MIB
+            )));
+        }
+        if !(MIB..=total).contains(&per_worker) {
+            return Err(ConfigError(format!(
+                "--max-cache-list-inflight-bytes-per-worker must be in {MIB}..=--max-cache-list-inflight-bytes ({total}), not {per_worker}"
+            )));
+        }
+        if self.cache_list_inflight_wait > Duration::from_secs(60) {
+            return Err(ConfigError(format!(
+                "--cache-list-inflight-wait must be at most 1m, not {:?}",
+                self.cache_list_inflight_wait
+            )));
         }
         Ok(())
     }
@@ -223,6 +300,36 @@ mod tests {
         c.namespaces = NamespaceScope::Names(["Bad".to_owned()].into());
         assert!(c.validate().unwrap_err().0.contains("\"Bad\""));
         c.namespaces = NamespaceScope::Names(["team-a".to_owned()].into());
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn cache_list_inflight_bounds_below_a_page_or_a_share_above_the_total_are_refused() {
+        let mut c = CoordinatorConfig::new("f", vec!["http://e:2379".into()]);
+        c.max_cache_list_inflight_bytes = 1024;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .0
+                .contains("--max-cache-list-inflight-bytes must")
+        );
+        c.max_cache_list_inflight_bytes = 8 * 1024 * 1024;
+        c.max_cache_list_inflight_bytes_per_worker = 16 * 1024 * 1024;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .0
+                .contains("--max-cache-list-inflight-bytes-per-worker")
+        );
+        c.max_cache_list_inflight_bytes_per_worker = 8 * 1024 * 1024;
+        c.cache_list_inflight_wait = Duration::from_secs(600);
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .0
+                .contains("--cache-list-inflight-wait")
+        );
+        c.cache_list_inflight_wait = Duration::ZERO;
         c.validate().unwrap();
     }
 

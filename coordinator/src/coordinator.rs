@@ -5,21 +5,23 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::GetOptions;
 use flotilla_common::{
     Election, Health, LeaderInfo, OpsServer, Session, SessionConfig, counted_kube_client,
+    get_prefix_paged,
 };
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, error, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::admin_service::AdminService;
 use crate::config::CoordinatorConfig;
 use crate::dispatch_service::DispatchService;
-use crate::fleet::{self, CacheAccess, Command, DispatcherHandle, Limits, TermContext};
+use crate::fleet::{
+    self, CacheAccess, Command, DispatchProgress, DispatcherHandle, Limits, TermContext,
+};
 use crate::informer::{Informers, deletable_resources};
 use crate::leader_slot::LeaderSlot;
 use crate::metrics::{FleetMetrics, ReasonLabel};
@@ -110,6 +112,7 @@ impl Coordinator {
         flotilla_common::register_process_metrics(&mut registry);
         api_requests.register(&mut registry);
         flotilla_common::register_session_metrics(&mut registry);
+        flotilla_common::tls::register_tls_metrics(&mut registry);
         let informers = Informers::scoped(
             kube,
             &mut registry,
@@ -149,6 +152,7 @@ impl Coordinator {
                     informers.clone(),
                     Arc::new(move || slot.cache_access()),
                     metrics.clone(),
+                    config.cache_list_limits(),
                 )
             })
             .add_service(AdminService::new(slot.clone()).into_server());
@@ -327,15 +331,34 @@ impl Process {
                     continue;
                 }
             };
-            self.health.set_ready(true, "following");
+            match election.clear_leaseless().await {
+                Ok(0) => {}
+                Ok(cleared) => {
+                    for _ in 0..cleared {
+                        self.metrics.bad("leaseless_election_key");
+                    }
+                    error!(
+                        cleared,
+                        "deleted election keys that carried no lease (a restore or a hand edit?): no campaign could ever have passed them"
+                    );
+                }
+                Err(err) => debug!(error = %err, "cannot look for lease-less election keys"),
+            }
+            let readiness = tokio::spawn(follower_readiness(
+                self.slot.clone(),
+                self.health.clone(),
+                self.config.dispatch_stall_timeout,
+            ));
             let elected = tokio::select! {
                 biased;
                 () = stop.cancelled() => {
+                    readiness.abort();
                     session.close().await;
                     break;
                 }
                 elected = election.campaign(&session, &info) => elected,
             };
+            readiness.abort();
             let elected = match elected {
                 Ok(elected) => elected,
                 Err(err) => {
@@ -352,6 +375,7 @@ impl Process {
             info!(term, "elected leader");
             let term_stop = stop.child_token();
             let access = CacheAccess::default();
+            let progress = DispatchProgress::default();
             let ctx = TermContext {
                 config: self.config.clone(),
                 etcd: self.etcd.clone(),
@@ -362,6 +386,7 @@ impl Process {
                 metrics: self.metrics.clone(),
                 queue_metrics: self.queue_metrics.clone(),
                 access: access.clone(),
+                progress: progress.clone(),
             };
             let (handle, mut task) = fleet::spawn(ctx, term_stop.clone());
             self.slot.set_term(Some((handle, access)));
@@ -373,6 +398,7 @@ impl Process {
                 .set(i64::try_from(term).unwrap_or(i64::MAX));
             let readiness = tokio::spawn(leader_readiness(
                 self.informers.clone(),
+                progress,
                 self.health.clone(),
                 term_stop.clone(),
             ));
@@ -461,18 +487,13 @@ impl Process {
     /// `--hot-standby`: keep informers of every controller the fleet runs synced while following.
     async fn warm_informers(self, stop: CancellationToken) {
         let keys = self.config.etcd.fleet_keys(&self.config.fleet);
-        let mut etcd = self.etcd.clone();
         let mut next_discovery = tokio::time::Instant::now();
         loop {
             let mut owner_graph = false;
-            if let Ok(resp) = etcd
-                .get(
-                    keys.controllers_prefix(),
-                    Some(GetOptions::new().with_prefix()),
-                )
-                .await
+            if let Ok((specs, _)) =
+                get_prefix_paged(&self.etcd, &keys.controllers_prefix(), 0).await
             {
-                for kv in resp.kvs() {
+                for kv in &specs {
                     let (kinds, graph) = fleet::spec_informers(kv.value());
                     owner_graph |= graph;
                     for kind in kinds {
@@ -592,8 +613,29 @@ async fn observe_leader(election: Election, slot: LeaderSlot, stop: Cancellation
     }
 }
 
-/// A leader is ready once every informer it runs has synced.
-async fn leader_readiness(informers: Informers, health: Health, stop: CancellationToken) {
+/// A follower is ready while a leader is known, or has been missing for no longer than `bound`: a
+/// coordinator that campaigns and never sees anyone lead (an election that cannot complete) is not.
+async fn follower_readiness(slot: LeaderSlot, health: Health, bound: Duration) {
+    loop {
+        match slot.leaderless_for() {
+            Some(missing) if missing > bound => health.set_ready(
+                false,
+                &format!("following; no leader for {}s", missing.as_secs()),
+            ),
+            _ => health.set_ready(true, "following"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// A leader is ready once every informer it runs has synced, and while its dispatching makes progress
+/// (see [`DispatchProgress`]).
+async fn leader_readiness(
+    informers: Informers,
+    progress: DispatchProgress,
+    health: Health,
+    stop: CancellationToken,
+) {
     loop {
         // A kind the server does not serve never syncs; it is reported in status, not held against
         // readiness (the controllers needing it wait, the rest of the fleet works).
@@ -602,10 +644,15 @@ async fn leader_readiness(informers: Informers, health: Health, stop: Cancellati
             .iter()
             .filter(|s| !s.synced && !s.unserved)
             .count();
-        if unsynced == 0 {
-            health.set_ready(true, "leading; caches synced");
-        } else {
+        if unsynced > 0 {
             health.set_ready(false, &format!("leading; {unsynced} informers not synced"));
+        } else if progress.is_stalled() {
+            health.set_ready(
+                false,
+                "leading; keys wait and no item has finished within --dispatch-stall-timeout",
+            );
+        } else {
+            health.set_ready(true, "leading; caches synced");
         }
         if !pause(&stop, Duration::from_millis(500)).await {
             return;

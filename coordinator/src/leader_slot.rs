@@ -4,22 +4,37 @@ use std::sync::Arc;
 
 use flotilla_common::Leadership;
 use parking_lot::RwLock;
+use tokio::time::{Duration, Instant};
 
 use crate::fleet::{CacheAccess, DispatcherHandle};
 
 /// Shared between the leadership loop (which sets it) and the services (which read it).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct LeaderSlot {
     inner: Arc<RwLock<SlotState>>,
 }
 
-#[derive(Default)]
+impl Default for LeaderSlot {
+    fn default() -> Self {
+        Self {
+            inner: Arc::new(RwLock::new(SlotState {
+                dispatcher: None,
+                access: None,
+                known_leader: None,
+                leaderless_since: Some(Instant::now()),
+            })),
+        }
+    }
+}
+
 struct SlotState {
     dispatcher: Option<DispatcherHandle>,
     /// Who may read the cache, as the current term publishes it.
     access: Option<CacheAccess>,
     /// The leader as last observed, for "not the leader, try X" answers.
     known_leader: Option<Leadership>,
+    /// Since when no leader has been observed; `None` while one is.
+    leaderless_since: Option<Instant>,
 }
 
 impl LeaderSlot {
@@ -50,7 +65,18 @@ impl LeaderSlot {
 
     /// Records the leader as observed in etcd.
     pub fn set_known_leader(&self, leader: Option<Leadership>) {
-        self.inner.write().known_leader = leader;
+        let mut state = self.inner.write();
+        state.leaderless_since = match (&leader, state.leaderless_since) {
+            (Some(_), _) => None,
+            (None, Some(since)) => Some(since),
+            (None, None) => Some(Instant::now()),
+        };
+        state.known_leader = leader;
+    }
+
+    /// How long no leader has been observed; `None` while one is.
+    pub fn leaderless_for(&self) -> Option<Duration> {
+        self.inner.read().leaderless_since.map(|t| t.elapsed())
     }
 
     /// A refusal for peers that reached a coordinator which does not lead.

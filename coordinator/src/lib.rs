@@ -19,10 +19,10 @@ mod metrics;
 mod queue;
 mod shard;
 
-pub use cache_service::{AccessSource, CacheService, cache_service};
+pub use cache_service::{AccessSource, CacheListLimits, CacheService, HoldUntilSent, cache_service};
 pub use config::{ConfigError, CoordinatorConfig, default_identity};
 pub use coordinator::{Coordinator, CoordinatorError};
-pub use fleet::{AccessDenied, CacheAccess};
+pub use fleet::{AccessDenied, CacheAccess, WorkerReads};
 pub use informer::{
     CachedObject, InformerError, InformerEvent, InformerStatus, Informers, NamespaceScope,
     OwnerRef, ScopeError, Store,

@@ -10,7 +10,10 @@ use flotilla_common::ResourceKind;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use flotilla_coordinator::{CacheAccess, FleetMetrics, InformerEvent, Informers, cache_service};
+use flotilla_coordinator::{
+    CacheAccess, CacheListLimits, FleetMetrics, InformerEvent, Informers, WorkerReads,
+    cache_service,
+};
 use flotilla_devcluster::{DevCluster, DevClusterConfig, EtcdServer};
 use flotilla_proto as proto;
 use flotilla_proto::cache_client::CacheClient;
@@ -74,10 +77,14 @@ async fn workers_read_the_coordinators_cache_over_grpc() {
     let mut events = informers.subscribe();
     // The leader's dispatcher would publish this: worker w0 on lease 7 runs a controller of ConfigMaps.
     let access = CacheAccess::default();
-    access.publish(
-        HashMap::from([("w0".to_owned(), 7)]),
-        HashSet::from([configmaps()]),
-    );
+    access.publish(HashMap::from([(
+        "w0".to_owned(),
+        WorkerReads {
+            lease: 7,
+            kinds: HashSet::from([configmaps()]),
+            owner_graph: false,
+        },
+    )]));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
@@ -87,6 +94,7 @@ async fn workers_read_the_coordinators_cache_over_grpc() {
                 informers.clone(),
                 Arc::new(move || Some(access.clone())),
                 FleetMetrics::default(),
+                CacheListLimits::default(),
             ))
             .serve_with_incoming_shutdown(
                 TcpListenerStream::new(listener),
@@ -172,6 +180,7 @@ async fn workers_read_the_coordinators_cache_over_grpc() {
         label_selector: selector.into(),
         index: index.into(),
         index_value: String::new(),
+        ..Default::default()
     };
     let all = cache.list(list("", "")).await.unwrap().into_inner();
     assert_eq!(names(&all), ["db", "web"]);

@@ -68,6 +68,26 @@ pub struct Args {
     /// Stop the informer of a kind the API server answers only 404 for after this long (it shows in status).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub unserved_kind_timeout: Duration,
+    /// Send Assigns to a worker in messages of at most this many bytes; an item bigger than this alone
+    /// goes without its prefetched objects, which the worker then reads through the Cache service.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub dispatch_batch_bytes: usize,
+    /// Say not ready when queued keys have gone to no worker for this long while leading, or no leader
+    /// has been seen for this long while following.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub dispatch_stall_timeout: Duration,
+    /// Bytes of Cache List answers built or being sent at once (like kube-apiserver's
+    /// --max-requests-inflight, in bytes: what bounds the coordinator's memory); a List beyond it waits
+    /// up to --cache-list-inflight-wait, then is refused with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 256 * 1024 * 1024)]
+    pub max_cache_list_inflight_bytes: usize,
+    /// The share of --max-cache-list-inflight-bytes one worker may hold, so one worker listing hard
+    /// leaves room for the others.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub max_cache_list_inflight_bytes_per_worker: usize,
+    /// How long a Cache List waits for room under those bounds before it is refused.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub cache_list_inflight_wait: Duration,
     /// Cover only these namespaces (comma-separated): one list+watch per namespace per namespaced kind;
     /// cluster-scoped kinds stay cluster-wide. Several fleets can so share one cluster.
     #[arg(long, value_delimiter = ',', conflicts_with = "namespace_selector")]
@@ -120,6 +140,12 @@ impl Args {
         config.max_controller_concurrency = self.max_controller_concurrency;
         config.controller_retire_after = self.controller_retire_after;
         config.unserved_kind_timeout = self.unserved_kind_timeout;
+        config.dispatch_batch_bytes = self.dispatch_batch_bytes;
+        config.dispatch_stall_timeout = self.dispatch_stall_timeout;
+        config.max_cache_list_inflight_bytes = self.max_cache_list_inflight_bytes;
+        config.max_cache_list_inflight_bytes_per_worker =
+            self.max_cache_list_inflight_bytes_per_worker;
+        config.cache_list_inflight_wait = self.cache_list_inflight_wait;
         config.namespaces =
             NamespaceScope::from_flags(&self.namespaces, self.namespace_selector.as_deref())?;
         config.tls = self.tls.server()?;

@@ -2,14 +2,16 @@
 //! ReplicaSet and pods follow it; Foreground: it goes only after its ReplicaSet, which goes after its
 //! pods; Orphan: the ReplicaSet stays without the reference, with its pods), and the ownerReference graph across kinds, a custom resource included (a dependent
 //! goes when its owner goes, a reference whose uid does not match the live owner counts as absent, and a
-//! dependent with a surviving owner only loses its reference to the one that went).
+//! dependent with a surviving owner only loses its reference to the one that went), and a foreground
+//! deletion of an ownerReference cycle, which must finish.
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    PropagationPolicy,
 };
 use serde_json::{Value, json};
 
@@ -273,4 +275,67 @@ async fn the_graph_spans_kinds_and_custom_resources_and_checks_owner_uids() {
         maps.get_opt("keeper").await.unwrap().is_some(),
         "an owner without owners must never be collected"
     );
+}
+
+/// Regression: two ConfigMaps that own each other with `blockOwnerDeletion`, one deleted in the
+/// foreground, were never collected. The deleted one waited for its blocking dependent, which the
+/// collector deleted in the foreground too, and that one waited for the first: both kept the
+/// `foregroundDeletion` finalizer forever. The collector must break the cycle as upstream does.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ownership_cycle_deleted_in_the_foreground_is_collected_whole() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "gc-cycle").await;
+    let (_fleet, _procs) = Fleet::of_controllers(&cluster, "garbagecollector", 2).await;
+
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let blocking_ref = |owner: &ConfigMap| {
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name,
+            "uid": owner.metadata.uid, "blockOwnerDeletion": true}])
+    };
+    let pp = PostParams::default();
+    let a: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "a"}})).unwrap();
+    let a = maps.create(&pp, &a).await.unwrap();
+    let b: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "b", "ownerReferences": blocking_ref(&a)}}),
+    )
+    .unwrap();
+    let b = maps.create(&pp, &b).await.unwrap();
+    // `a` can name `b` only once `b` has a uid: the cycle closes with a patch.
+    let close = json!({"metadata": {"ownerReferences": blocking_ref(&b)}});
+    maps.patch("a", &PatchParams::default(), &Patch::Merge(&close))
+        .await
+        .unwrap();
+
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Foreground),
+        ..DeleteParams::default()
+    };
+    let waiting = maps
+        .delete("a", &params)
+        .await
+        .unwrap()
+        .left()
+        .expect("a foreground deletion keeps the owner until its dependents are gone");
+    assert!(
+        waiting
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "foregroundDeletion"),
+        "the owner deleted in the foreground must wait with the foregroundDeletion finalizer"
+    );
+    wait_for(
+        CONVERGE,
+        "both ConfigMaps of an ownership cycle deleted in the foreground to be gone",
+        || async {
+            let left = maps.list(&ListParams::default()).await.ok()?;
+            left.items
+                .iter()
+                .all(|m| !["a", "b"].contains(&m.metadata.name.as_deref().unwrap_or_default()))
+                .then_some(())
+        },
+    )
+    .await;
 }

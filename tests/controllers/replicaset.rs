@@ -15,7 +15,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, Wat
 use serde_json::{Value, json};
 
 use crate::support::cluster::TestCluster;
-use crate::support::fleet::{Fleet, Proc};
+use crate::support::fleet::{Fleet, Proc, metric};
 use crate::support::namespace::unique_namespace;
 use crate::support::wait::wait_for;
 
@@ -523,4 +523,79 @@ async fn a_scale_down_removes_the_unscheduled_and_the_not_ready_pods_first() {
         survivor_uids, original_uids,
         "a Ready original was deleted instead of an orphan"
     );
+}
+
+/// The first probe of issue 17: a ReplicaSet whose 16 pods each carry 1.2 MB of container args. Its
+/// item with the pods prefetched is 20 MB, past the 16 MiB message limit; sent in one batch it broke
+/// the worker's stream about 8 times a second, forever, and nothing else was reconciled either. Now
+/// the item goes without its pods (the worker reads them through the Cache service in pages), the
+/// ReplicaSet converges, a small one beside it too, no stream breaks, and deleting it collects its pods.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replicaset_too_large_to_ship_with_its_pods_converges_without_breaking_a_stream() {
+    let cluster = TestCluster::builder().with_nodes(3).start().await;
+    let client = cluster.client();
+    let (_fleet, procs) = fleet(&cluster, "replicaset,garbagecollector").await;
+    let ns = unique_namespace(&client, "rs-large").await;
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    let mut large = replica_set("large", "large", 16);
+    let args = json!(["x".repeat(1_200_000)]);
+    let spec = large.spec.as_mut().unwrap();
+    let container = &mut spec
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0];
+    container.args = Some(serde_json::from_value(args).unwrap());
+    replica_sets
+        .create(&PostParams::default(), &large)
+        .await
+        .unwrap();
+    replica_sets
+        .create(&PostParams::default(), &replica_set("small", "small", 2))
+        .await
+        .unwrap();
+    converged(&replica_sets, &pods, "large", 16).await;
+    converged(&replica_sets, &pods, "small", 2).await;
+
+    let coordinator = procs[0].metrics_text().await;
+    assert!(
+        metric(
+            &coordinator,
+            r#"flotilla_bad_input_total{reason="oversized_item_prefetch_from_cache"}"#
+        ) >= 1.0,
+        "the item went without its pods"
+    );
+    for worker in &procs[1..] {
+        let text = worker.metrics_text().await;
+        assert_eq!(
+            metric(&text, "flotilla_worker_stream_breaks_total"),
+            0.0,
+            "{}: a stream broke",
+            worker.name
+        );
+        assert_eq!(worker.http_status("/readyz").await, 200, "{}", worker.name);
+    }
+
+    let uid = replica_sets
+        .get("large")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    replica_sets
+        .delete("large", &kube::api::DeleteParams::background())
+        .await
+        .unwrap();
+    wait_for(
+        CONVERGE,
+        "the large ReplicaSet's pods collected",
+        || async { active_pods(&pods, &uid).await?.is_empty().then_some(()) },
+    )
+    .await;
 }

@@ -1,11 +1,15 @@
 //! Peers that try to take the fleet: a worker advertising boundless capacity, a flood of Done for items
-//! nobody holds, hundreds of streams that never say Hello, clients reading Secrets from the cache, and a
-//! worker that declares a controller and leaves. Each gets a clear error or a bounded effect, exact
-//! counts in `flotilla_bad_input_total`, a few log lines, and the real worker carries on.
+//! nobody holds, hundreds of streams that never say Hello, clients reading Secrets from the cache, a
+//! worker reading the kinds another worker's controller declared, Lists that pile up answers in the
+//! coordinator's memory, and a worker that declares a controller and leaves. Each gets a clear error or
+//! a bounded effect, exact counts in `flotilla_bad_input_total`, a few log lines, and the real worker
+//! carries on.
 //!
-//! Regression tests of an outside probe's findings: `u32::MAX` capacity took 255 of 256 shards; 200,000
+//! Regression tests of outside probes' findings: `u32::MAX` capacity took 255 of 256 shards; 200,000
 //! unknown Done ids wrote 200,000 log lines; `Cache.List` of `v1/secrets` started an informer and
-//! handed every Secret to a client that never registered; a stray worker's controller lived forever.
+//! handed every Secret to a client that never registered; a stray worker's controller lived forever;
+//! once one worker declared a controller of Secrets, every worker could List them; 200 concurrent Lists
+//! of 8.5 MB took the coordinator from 51 MB to 1.7 GB.
 
 use std::time::Duration;
 
@@ -13,6 +17,7 @@ use flotilla_common::FleetKeys;
 use flotilla_proto as proto;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
+use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
@@ -386,6 +391,289 @@ async fn the_cache_answers_only_registered_workers_for_declared_kinds_and_a_stra
     assert_eq!(metric(&text, "flotilla_controllers_retired_total"), 1.0);
 
     // The fleet's own controller is untouched.
+    create_configmaps(&client, &ns, "after", 1, JOURNAL_LABEL).await;
+    reconciled(&journal, &format!("{ns}/after-0"), Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_reads_only_the_kinds_its_own_controllers_declared_not_another_workers_secrets() {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "ownkinds").await;
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "token"}, "stringData": {"password": "hunter2"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let JournalFleet {
+        fleet,
+        journal,
+        coordinator,
+        worker: _w,
+        addr,
+    } = journal_fleet(&cluster, &[]).await;
+
+    // Worker A runs a controller of Secrets; worker B only the fleet's controller of ConfigMaps.
+    let (mut etcd_a, lease_a) = register(&fleet, "keeper", 30, 1).await;
+    let (tx_a, stream_a) = welcomed(
+        &addr,
+        hello_with("keeper", lease_a, vec![(spec("keeper", secrets()), 1)]),
+    )
+    .await;
+    let (mut etcd_b, lease_b) = register(&fleet, "reader", 30, 1).await;
+    let (tx_b, stream_b) = welcomed(
+        &addr,
+        hello_with(
+            "reader",
+            lease_b,
+            vec![(spec("journal", super::peer::configmaps()), 1)],
+        ),
+    )
+    .await;
+    let list = |kind: proto::ResourceKind| proto::ListRequest {
+        kind: Some(kind),
+        namespace: ns.clone(),
+        ..Default::default()
+    };
+
+    // A reads its Secrets once their informer synced...
+    let secrets_of_a = wait_for(
+        Duration::from_secs(30),
+        "the keeper's List of Secrets",
+        || async {
+            let mut keeper = cache_client(&addr, Some(("keeper", lease_a))).await;
+            keeper.list(list(secrets())).await.ok()
+        },
+    )
+    .await
+    .into_inner();
+    assert_eq!(secrets_of_a.objects.len(), 1);
+    // ...B may not, though a controller of the fleet declared them: not one of B's.
+    let mut reader = cache_client(&addr, Some(("reader", lease_b))).await;
+    for _ in 0..3 {
+        let status = reader.list(list(secrets())).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::PermissionDenied,
+            "{}",
+            status.message()
+        );
+        assert!(
+            status.message().contains("v1/secrets"),
+            "{}",
+            status.message()
+        );
+    }
+    let status = reader
+        .get(proto::GetRequest {
+            kind: Some(secrets()),
+            namespace: ns.clone(),
+            name: "token".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied);
+    // B still reads its own kinds, and A reads nothing beyond its own either.
+    reader.list(list(super::peer::configmaps())).await.unwrap();
+    let mut keeper = cache_client(&addr, Some(("keeper", lease_a))).await;
+    let status = keeper
+        .list(list(super::peer::configmaps()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied);
+    let text = coordinator.metrics_text().await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"flotilla_bad_input_total{reason="cache_undeclared_kind"}"#
+        ),
+        5.0
+    );
+
+    // The fleet's own controller is untouched once the hand-driven workers are gone.
+    drop((tx_a, stream_a, tx_b, stream_b));
+    etcd_a.lease_revoke(lease_a).await.unwrap();
+    etcd_b.lease_revoke(lease_b).await.unwrap();
+    create_configmaps(&client, &ns, "after", 1, JOURNAL_LABEL).await;
+    reconciled(&journal, &format!("{ns}/after-0"), Duration::from_secs(30)).await;
+}
+
+/// A List sent over a raw HTTP/2 connection whose windows are 64 KiB and which never reads its answer:
+/// the coordinator cannot send more than the window, so the answer stays in flight for as long as the
+/// returned connection and response (headers only read) are held.
+async fn stalled_list(
+    addr: &str,
+    worker: &str,
+    lease: i64,
+    request: &proto::ListRequest,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    http::Response<hyper::body::Incoming>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    // A gRPC message: not compressed, its length, the message.
+    let message = request.encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(&message);
+    let request = http::Request::post(format!("http://{addr}/flotilla.v1.Cache/List"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header(proto::WORKER_ID_METADATA, worker)
+        .header(proto::LEASE_ID_METADATA, lease.to_string())
+        .body(http_body_util::Full::new(bytes::Bytes::from(framed)))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers().get("grpc-status").is_none(),
+        "the stalled List was refused: {:?}",
+        response.headers()
+    );
+    (sender, response)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lists_beyond_the_in_flight_bound_are_refused_and_counted_while_a_stalled_reader_holds_room()
+ {
+    const MIB: usize = 1024 * 1024;
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    let ns = unique_namespace(&client, "inflight").await;
+    // Six ConfigMaps of about 200 KB: a List of the namespace is about 1.2 MB, more than one worker's
+    // 1 MiB share (it takes the whole share) and more than the peers' 64 KiB windows.
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), &ns);
+    for i in 0..6 {
+        let cm = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("big-{i}")}, "data": {"blob": "x".repeat(200_000)}
+        }))
+        .unwrap();
+        configmaps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+    let (total, share) = ((2 * MIB).to_string(), MIB.to_string());
+    let JournalFleet {
+        fleet,
+        journal,
+        coordinator,
+        worker: _w,
+        addr,
+    } = journal_fleet(
+        &cluster,
+        &[
+            "--max-cache-list-inflight-bytes",
+            &total,
+            "--max-cache-list-inflight-bytes-per-worker",
+            &share,
+            "--cache-list-inflight-wait",
+            "200ms",
+        ],
+    )
+    .await;
+    let journal_spec = || vec![(spec("journal", super::peer::configmaps()), 1)];
+    let (mut etcd_a, lease_a) = register(&fleet, "lister", 30, 1).await;
+    let (tx_a, stream_a) = welcomed(&addr, hello_with("lister", lease_a, journal_spec())).await;
+    let (mut etcd_b, lease_b) = register(&fleet, "other", 30, 1).await;
+    let (tx_b, stream_b) = welcomed(&addr, hello_with("other", lease_b, journal_spec())).await;
+    let list = proto::ListRequest {
+        kind: Some(super::peer::configmaps()),
+        namespace: ns.clone(),
+        ..Default::default()
+    };
+    let whole = wait_for(
+        Duration::from_secs(30),
+        "the six ConfigMaps in the leader's cache",
+        || async {
+            let mut lister = cache_client(&addr, Some(("lister", lease_a))).await;
+            let answer = lister.list(list.clone()).await.ok()?.into_inner();
+            (answer.objects.len() == 6).then_some(answer)
+        },
+    )
+    .await;
+    let mut lister = cache_client(&addr, Some(("lister", lease_a))).await;
+    assert!(whole.encoded_len() > MIB);
+
+    // A reader that never reads holds the lister's whole share: every further List of it waits
+    // briefly, then is refused, each counted.
+    let stalled = stalled_list(&addr, "lister", lease_a, &list).await;
+    let mut refused = 0;
+    for _ in 0..20 {
+        let status = lister.list(list.clone()).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::ResourceExhausted,
+            "{}",
+            status.message()
+        );
+        assert!(
+            status
+                .message()
+                .contains("--max-cache-list-inflight-bytes-per-worker"),
+            "{}",
+            status.message()
+        );
+        refused += 1;
+    }
+    // Another worker still has room.
+    let mut other = cache_client(&addr, Some(("other", lease_b))).await;
+    assert_eq!(
+        other
+            .list(list.clone())
+            .await
+            .unwrap()
+            .into_inner()
+            .objects
+            .len(),
+        6
+    );
+    // Two stalled readers fill the whole budget: then every worker waits, and is refused.
+    let stalled_other = stalled_list(&addr, "other", lease_b, &list).await;
+    let status = other.list(list.clone()).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    refused += 1;
+    let text = coordinator.metrics_text().await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"flotilla_bad_input_total{reason="cache_list_inflight"}"#
+        ),
+        f64::from(refused)
+    );
+    let lines = lines_with(&coordinator.log_text(), "too many answers in flight");
+    assert!(
+        (1..=4).contains(&lines),
+        "{lines} log lines for {refused} refusals"
+    );
+
+    // Readers that go give their room back.
+    drop(stalled);
+    drop(stalled_other);
+    wait_for(
+        Duration::from_secs(10),
+        "room for the lister again",
+        || async {
+            let mut lister = cache_client(&addr, Some(("lister", lease_a))).await;
+            lister.list(list.clone()).await.ok()
+        },
+    )
+    .await;
+    drop((tx_a, stream_a, tx_b, stream_b));
+    etcd_a.lease_revoke(lease_a).await.unwrap();
+    etcd_b.lease_revoke(lease_b).await.unwrap();
     create_configmaps(&client, &ns, "after", 1, JOURNAL_LABEL).await;
     reconciled(&journal, &format!("{ns}/after-0"), Duration::from_secs(30)).await;
 }

@@ -2,7 +2,8 @@
 //! test CA: a fleet over mTLS reconciles; a worker whose certificate names another id is refused with a
 //! clear error and counted, and joins once its files are rotated to the right identity, without a
 //! restart; a certificate from an unknown CA gets no connection either way; a rotated coordinator
-//! certificate is served to the next connection; and a process with neither TLS flags nor
+//! certificate is served to the next connection; a FIFO in place of the coordinator's certificate is
+//! refused while the previous certificate keeps serving; and a process with neither TLS flags nor
 //! `--insecure-plaintext` exits non-zero saying why.
 
 use std::time::Duration;
@@ -15,7 +16,7 @@ use crate::support::cluster::TestCluster;
 use crate::support::fleet::{Fleet, Proc, binary, metric};
 use crate::support::namespace::unique_namespace;
 use crate::support::pki::{CertFiles, Pki};
-use crate::support::wait::wait_for;
+use crate::support::wait::{wait_for, within};
 
 /// `--tls-cert <cert> --tls-key <key> --tls-client-ca <ca>`.
 fn tls_flags(files: &CertFiles, ca: &std::path::Path) -> Vec<String> {
@@ -286,6 +287,75 @@ async fn a_rotated_coordinator_certificate_is_served_to_the_next_connection_with
     .await;
     // And the old CA's clients no longer trust it: the rotation really took.
     assert!(fleet.status().await.is_none());
+}
+
+/// Regression: the reload read the certificate on a runtime thread inside the accept loop, so a FIFO at
+/// the certificate path blocked it for good: no connection was accepted, `/healthz` went unanswered and
+/// the lease was lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fifo_in_place_of_the_coordinator_certificate_is_refused_and_the_old_one_keeps_serving() {
+    let cluster = TestCluster::start().await;
+    let pki = Pki::new();
+    let mut fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    fleet.admin = admin_transport(&pki);
+    let server = pki.server("coordinator");
+    let coordinator = tls_coordinator(&fleet, &pki, &server);
+    let _w0 = tls_worker(&fleet, "w0", &pki.client("w0", "w0"), pki.ca_file());
+    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
+    let leader = fleet.leader().await.expect("a leader");
+
+    std::fs::remove_file(&server.cert).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&server.cert)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo failed");
+    // Past the recheck interval the next handshake looks at the files; and past the lease duration
+    // (5 s) a frozen leader would have lost its lease.
+    tokio::time::sleep(flotilla_common::tls::RECHECK + Duration::from_millis(200)).await;
+    for _ in 0..3 {
+        let status = within(
+            Duration::from_secs(5),
+            "a new mTLS connection's answer",
+            fleet.status(),
+        )
+        .await;
+        assert!(
+            status.is_some(),
+            "a new connection must still be served the previous certificate"
+        );
+        let (code, _) = within(
+            Duration::from_secs(5),
+            "/healthz",
+            coordinator.http_get("/healthz"),
+        )
+        .await;
+        assert_eq!(code, 200);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let now = fleet.leader().await.expect("a leader");
+    assert_eq!(
+        (now.info.id, now.term),
+        (leader.info.id, leader.term),
+        "the leader kept its lease"
+    );
+    log_line(
+        &coordinator,
+        &["do not load", "is a FIFO, not a regular file"],
+        "the coordinator to log the refusal",
+    )
+    .await;
+    let text = coordinator.metrics_text().await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"flotilla_tls_reload_failures_total{reason="not_regular_file"}"#
+        ),
+        1.0,
+        "counted once, not once per handshake"
+    );
+    let status = fleet.status().await.expect("the leader answers");
+    assert!(status.workers.iter().any(|w| w.id == "w0" && w.connected));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -79,6 +79,7 @@ impl proto::cache_server::Cache for ScriptedCache {
         Ok(tonic::Response::new(proto::ListResponse {
             objects,
             resource_version: "9".into(),
+            ..Default::default()
         }))
     }
 }

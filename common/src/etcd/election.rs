@@ -112,10 +112,52 @@ impl Election {
         Ok(())
     }
 
-    /// The current leader, if any.
+    /// Deletes the keys under the election prefix that carry no lease, and returns how many. Every
+    /// campaign puts its key on its session's lease, so a lease-less key is debris (a restore, a hand
+    /// edit); at the head of the election it would never expire, and every campaign would wait behind
+    /// it for good. Each delete is guarded by the key's mod revision, so a key rewritten meanwhile stays.
     ///
     /// # Errors
-    /// [`ElectionError::Etcd`] on etcd errors, [`ElectionError::BadValue`] for a garbled leader key.
+    /// [`ElectionError::Etcd`] on etcd errors.
+    pub async fn clear_leaseless(&self) -> Result<usize, ElectionError> {
+        let mut client = self.client.clone();
+        let resp = client
+            .get(
+                self.prefix(),
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only(),
+                ),
+            )
+            .await
+            .map_err(ElectionError::Etcd)?;
+        let mut cleared = 0;
+        for kv in resp.kvs().iter().filter(|kv| kv.lease() == 0) {
+            let guarded = Txn::new()
+                .when(vec![Compare::mod_revision(
+                    kv.key(),
+                    CompareOp::Equal,
+                    kv.mod_revision(),
+                )])
+                .and_then(vec![TxnOp::delete(kv.key(), None)]);
+            if client
+                .txn(guarded)
+                .await
+                .map_err(ElectionError::Etcd)?
+                .succeeded()
+            {
+                cleared += 1;
+            }
+        }
+        Ok(cleared)
+    }
+
+    /// The current leader, if any: `None` also while the key at the head of the election does not hold
+    /// a leader's description (a garbled value names no one a worker could reach).
+    ///
+    /// # Errors
+    /// [`ElectionError::Etcd`] on etcd errors.
     pub async fn leader(&self) -> Result<Option<Leadership>, ElectionError> {
         Ok(self.leader_at().await?.0)
     }
@@ -144,8 +186,9 @@ impl Election {
         let Some(kv) = resp.kvs().first() else {
             return Ok((None, revision));
         };
-        let info: LeaderInfo =
-            serde_json::from_slice(kv.value()).map_err(ElectionError::BadValue)?;
+        let Ok(info) = serde_json::from_slice::<LeaderInfo>(kv.value()) else {
+            return Ok((None, revision));
+        };
         let leadership = Leadership {
             info,
             term: u64::try_from(kv.create_revision()).unwrap_or(0),

@@ -6,6 +6,7 @@
 
 mod election;
 mod options;
+mod paged;
 mod session;
 mod session_metrics;
 
@@ -13,6 +14,7 @@ pub use election::{Elected, Election, ElectionError, LeaderInfo, Leadership};
 pub use options::{
     DEFAULT_ETCD_PREFIX, EtcdClientConfig, EtcdConnectError, EtcdFlags, EtcdOptionsError,
 };
+pub use paged::get_prefix_paged;
 pub use session::{Session, SessionConfig, SessionError};
 pub use session_metrics::register_session_metrics;
 

@@ -108,7 +108,7 @@ impl tower::Service<http::Uri> for TlsConnector {
                 TcpStream::connect((host.trim_start_matches('[').trim_end_matches(']'), port))
                     .await?;
             let _ = tcp.set_nodelay(true);
-            let connector = tokio_rustls::TlsConnector::from(tls.config.current());
+            let connector = tokio_rustls::TlsConnector::from(tls.config.current().await);
             let stream = connector.connect(name, tcp).await?;
             Ok(TokioIo::new(stream))
         })

@@ -36,11 +36,70 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+/// Certificate, key and CA files are a few KiB (a whole public CA bundle is about 200 KiB): reading
+/// stops here, so a flag pointing at a huge file costs no memory.
+pub(crate) const MAX_PEM_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads a PEM file, which must be a regular file (symlinks followed: Kubernetes mounts Secrets through
+/// them) of at most [`MAX_PEM_BYTES`].
+///
+/// A FIFO or a device is refused without being opened: opening a FIFO waits for a writer, and reading
+/// either may never end, which froze a coordinator whose certificate path was swapped for a FIFO. The
+/// type is checked again on what was opened; a swap in the instant between the two checks can still
+/// block the open, which is why reloads run on the blocking pool and are waited for with a timeout
+/// (`super::reload`).
+///
+/// # Errors
+/// [`TlsError::Read`], [`TlsError::NotRegularFile`] or [`TlsError::TooLarge`].
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    use std::io::Read;
+
+    let failed = |source| TlsError::Read {
         path: path.to_owned(),
         source,
-    })
+    };
+    let regular = |meta: &std::fs::Metadata| {
+        if meta.is_file() {
+            return Ok(());
+        }
+        Err(TlsError::NotRegularFile {
+            path: path.to_owned(),
+            kind: file_kind(meta.file_type()),
+        })
+    };
+    regular(&std::fs::metadata(path).map_err(failed)?)?;
+    let file = std::fs::File::open(path).map_err(failed)?;
+    regular(&file.metadata().map_err(failed)?)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
+        return Err(TlsError::TooLarge {
+            path: path.to_owned(),
+            limit: MAX_PEM_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+/// What a file that is not a regular file is, for the error.
+fn file_kind(file_type: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+
+    if file_type.is_fifo() {
+        "FIFO"
+    } else if file_type.is_dir() {
+        "directory"
+    } else if file_type.is_char_device() {
+        "character device"
+    } else if file_type.is_block_device() {
+        "block device"
+    } else if file_type.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
 }
 
 fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {

@@ -11,6 +11,7 @@ mod client;
 mod config;
 mod flags;
 mod identity;
+mod metrics;
 mod reload;
 mod server;
 
@@ -18,7 +19,8 @@ pub use client::{ClientTls, TlsConnector};
 pub use config::TlsFiles;
 pub use flags::{ClientTransport, TlsFlags};
 pub use identity::{IdentityError, NameSource, PeerIdentity, check_worker_identity};
-pub use reload::RECHECK;
+pub use metrics::register_tls_metrics;
+pub use reload::{RECHECK, RELOAD_TIMEOUT};
 pub use server::ServerTls;
 
 use std::path::PathBuf;
@@ -61,6 +63,22 @@ pub enum TlsError {
         /// Why.
         #[source]
         source: rustls::pki_types::pem::Error,
+    },
+    /// A file is a FIFO, a device, a directory or a socket: reading it could block for good.
+    #[error("{} is a {kind}, not a regular file: refusing to read it", path.display())]
+    NotRegularFile {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// A file is larger than any certificate, key or CA bundle.
+    #[error("{} is larger than {limit} bytes: not a certificate, key or CA bundle", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The bound.
+        limit: u64,
     },
     /// A certificate file holds no certificate.
     #[error("{} holds no certificate", .0.display())]

@@ -56,7 +56,7 @@ impl ServerTls {
     }
 
     /// Serves `listener`'s connections as TLS streams, each handshaken in a task of its own (so a slow
-    /// peer delays nobody) within 10 s. A failed handshake — no client certificate, one from an unknown
+    /// peer, or a certificate reload, delays nobody) within 10 s. A failed handshake — no client certificate, one from an unknown
     /// CA, not TLS at all — is passed to `refused` with the peer's address and dropped; the stream goes
     /// on. The stream ends when `listener` fails; dropping it stops accepting.
     ///
@@ -88,13 +88,16 @@ impl ServerTls {
                         }
                     };
                     let _ = tcp.set_nodelay(true);
-                    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.current());
+                    let config = tls.config.clone();
                     let tx = tx.clone();
                     let refused = refused.clone();
-                    // Bounded by the handshake timeout, and its result goes nowhere once the server
-                    // stopped (the send fails), so it needs no stop signal of its own.
+                    // Bounded by the reload and handshake timeouts, and its result goes nowhere once
+                    // the server stopped (the send fails), so it needs no stop signal of its own. The
+                    // certificate is looked up here, not in the loop: a reload that must read files
+                    // never holds up accepting.
                     tokio::spawn(
                         async move {
+                            let acceptor = tokio_rustls::TlsAcceptor::from(config.current().await);
                             let handshake =
                                 tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
                             match handshake {

@@ -10,7 +10,7 @@ use flotilla_sdk::kube::core::ApiResource;
 use serde_json::json;
 
 use super::dependents::{blocking, without_finalizer, without_owner};
-use super::owners::{Decision, OwnerState, Policy, decide, owner_state};
+use super::owners::{Decision, OwnerState, Policy, decide, own_dependents, owner_state, unblocked};
 use super::resolver::{ResolveError, Resolver};
 use flotilla_sdk::kube;
 use flotilla_sdk::{Action, Context, ContextError, Request};
@@ -104,7 +104,8 @@ pub async fn reconcile(
         let state = live_owner_state(&ctx, &resolver, &target, &reference).await?;
         owners.push((reference, state));
     }
-    match decide(&owners, &finalizers, !dependents.is_empty()) {
+    let objects: Vec<DynamicObject> = dependents.into_iter().map(|(_, d)| d).collect();
+    match decide(&owners, &finalizers, own_dependents(&objects, &owners)) {
         Decision::Keep => {}
         Decision::DropReferences(gone) => {
             let kept: Vec<OwnerReference> = owners
@@ -118,6 +119,26 @@ pub async fn reconcile(
         Decision::Delete(policy) => {
             tracing::info!(object = %target, ?policy, "deleting an object whose owners are gone");
             target.delete(object, policy).await?;
+        }
+        Decision::UnblockThenDelete => {
+            let references: Vec<OwnerReference> = owners.into_iter().map(|(r, _)| r).collect();
+            tracing::info!(object = %target, "an owner and a dependent both wait for their dependents; unblocking the owners to break a possible ownerReference cycle");
+            let patched;
+            let current = match unblocked(&references) {
+                Some(refs) => match target.patch_owner_references(&refs, object).await? {
+                    Some(object) => {
+                        patched = object;
+                        &patched
+                    }
+                    None => return Ok(Action::await_change()),
+                },
+                // Unblocked by an earlier pass whose delete failed.
+                None => object,
+            };
+            // Deleted in the same pass, so the start of its deletion tells the coordinator to
+            // enqueue its dependents, the waiting owner among them in a cycle: the coordinator
+            // does not enqueue an owner when a reference to it merely stops blocking.
+            target.delete(current, Policy::Foreground).await?;
         }
     }
     Ok(Action::await_change())
@@ -211,13 +232,13 @@ impl Target {
     }
 
     /// Sets the object's ownerReferences, if it still is the version the decision was made on (a
-    /// merge patch carrying `resourceVersion` fails with 409 otherwise, and the key is retried). A
-    /// vanished object needs nothing more.
+    /// merge patch carrying `resourceVersion` fails with 409 otherwise, and the key is retried), and
+    /// returns the object as patched. A vanished object needs nothing more: `None`.
     async fn patch_owner_references(
         &self,
         refs: &[OwnerReference],
         seen: &DynamicObject,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<DynamicObject>, Error> {
         let patch = json!({"metadata": {
             "ownerReferences": refs,
             "resourceVersion": seen.metadata.resource_version,
@@ -238,21 +259,24 @@ impl Target {
             "finalizers": without_finalizer(finalizers, finalizer),
             "resourceVersion": seen.metadata.resource_version,
         }});
-        self.merge_patch("remove a finalizer of", &patch).await
+        self.merge_patch("remove a finalizer of", &patch)
+            .await
+            .map(drop)
     }
 
+    /// The object as patched; `None` when it is gone.
     async fn merge_patch(
         &self,
         action: &'static str,
         patch: &serde_json::Value,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<DynamicObject>, Error> {
         match self
             .api()
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Ok(object) => Ok(Some(object)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
             Err(source) => Err(self.error(action, source)),
         }
     }
@@ -368,6 +392,103 @@ mod tests {
         assert!(
             outcome.is_err(),
             "a delete refused because the object changed is retried"
+        );
+    }
+
+    /// A mock API for the dependent `b` of a ConfigMap `a` that waits for its dependents, `b` among
+    /// them, while `a` is itself a dependent of `b`: discovery of v1, `a` deleting in the foreground,
+    /// and a PATCH of `b` answered with `b` at resourceVersion 42. Records each write as (method, body).
+    fn cycle_api(writes: Arc<Mutex<Vec<(Method, Value)>>>) -> kube::Client {
+        let service = tower::service_fn(move |request: HttpRequest<Body>| {
+            let writes = writes.clone();
+            async move {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await?;
+                let sent = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let b = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "b", "namespace": "ns", "uid": "b-uid", "resourceVersion": "42",
+                        "ownerReferences": sent["metadata"]["ownerReferences"]}});
+                let (status, answer) = match (parts.method.clone(), parts.uri.path()) {
+                    (Method::GET, "/api/v1") => (
+                        StatusCode::OK,
+                        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
+                            "resources": [{"name": "configmaps", "singularName": "configmap",
+                            "namespaced": true, "kind": "ConfigMap",
+                            "verbs": ["get", "list", "watch", "patch", "delete"]}]}),
+                    ),
+                    (Method::GET, "/api/v1/namespaces/ns/configmaps/a") => (
+                        StatusCode::OK,
+                        json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "a", "namespace": "ns", "uid": "a-uid",
+                                "resourceVersion": "40", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                "finalizers": [FOREGROUND_FINALIZER]}}),
+                    ),
+                    (Method::PATCH | Method::DELETE, "/api/v1/namespaces/ns/configmaps/b") => {
+                        writes.lock().push((parts.method.clone(), sent));
+                        (StatusCode::OK, b)
+                    }
+                    _ => (
+                        StatusCode::NOT_FOUND,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "message": "not found", "reason": "NotFound", "code": 404}),
+                    ),
+                };
+                let mut response = Response::new(Body::from(serde_json::to_vec(&answer)?));
+                *response.status_mut() = status;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// Regression: ConfigMaps `a` and `b` own each other with blockOwnerDeletion and `a` is deleted in
+    /// the foreground; the collector deleted `b` in the foreground with its reference still blocking,
+    /// so each waited for the other forever (`an_ownership_cycle_deleted_in_the_foreground_is_collected_whole`
+    /// timed out). `b` must stop blocking `a` first, and then go in the foreground, conditional on the
+    /// version its own patch made.
+    #[tokio::test]
+    async fn a_dependent_in_a_foreground_cycle_stops_blocking_its_owner_before_it_goes() {
+        let writes = Arc::new(Mutex::new(Vec::new()));
+        let configmaps = ResourceKind::new("", "v1", "ConfigMap", "configmaps", true);
+        let a = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns", "uid": "a-uid", "resourceVersion": "40",
+                "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [FOREGROUND_FINALIZER],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "b",
+                    "uid": "b-uid", "blockOwnerDeletion": true}]}});
+        let ctx = Context::for_test()
+            .client(cycle_api(writes.clone()))
+            .prefetched_as(configmaps, &a)
+            .build();
+        let b: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "b", "namespace": "ns", "uid": "b-uid", "resourceVersion": "41",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "a",
+                    "uid": "a-uid", "blockOwnerDeletion": true}]}
+        }))
+        .unwrap();
+        let request = Request::new(None, "/v1/configmaps/ns/b").with_object(b);
+
+        reconcile(request, ctx, Resolver::default()).await.unwrap();
+
+        let writes = writes.lock().clone();
+        let methods: Vec<&Method> = writes.iter().map(|(m, _)| m).collect();
+        assert_eq!(
+            methods,
+            [Method::PATCH, Method::DELETE],
+            "unblock, then delete"
+        );
+        let patch = &writes[0].1["metadata"];
+        assert_eq!(patch["resourceVersion"], "41", "the patch is conditional");
+        assert_eq!(
+            patch["ownerReferences"][0]["blockOwnerDeletion"], false,
+            "the reference to the waiting owner stops blocking it"
+        );
+        assert_eq!(patch["ownerReferences"][0]["uid"], "a-uid");
+        assert_eq!(writes[1].1["propagationPolicy"], "Foreground");
+        assert_eq!(
+            writes[1].1["preconditions"],
+            json!({"uid": "b-uid", "resourceVersion": "42"}),
+            "the delete is conditional on the version the patch made"
         );
     }
 }

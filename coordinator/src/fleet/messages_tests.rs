@@ -397,3 +397,42 @@ fn a_bad_index_name_path_or_count_is_refused_naming_the_field_and_why() {
         Err(ConvertError::Missing("index.kind"))
     ));
 }
+
+#[test]
+fn a_hello_whose_controllers_name_more_than_128_kinds_together_is_refused_before_any_informer_starts()
+ {
+    let kind = |i: usize| proto::ResourceKind {
+        group: format!("g{i}.example.com"),
+        version: "v1".into(),
+        kind: "Thing".into(),
+        plural: "things".into(),
+        namespaced: true,
+    };
+    // Two controllers of 100 kinds each: each within its own bounds, 200 distinct kinds together.
+    let controller = |name: &str, from: usize| proto::ControllerCapacity {
+        spec: Some(proto::ControllerSpec {
+            name: name.into(),
+            primary: Some(kind(from)),
+            watches: (from + 1..from + 100).map(kind).collect(),
+            ..Default::default()
+        }),
+        concurrency: 1,
+    };
+    let hello = |controllers| proto::Hello {
+        worker_id: "w0".into(),
+        lease_id: 7,
+        controllers,
+        ..Default::default()
+    };
+    let limits = Limits::default();
+    let err = Hello::from_proto(
+        hello(vec![controller("a", 0), controller("b", 100)]),
+        &limits,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("200 distinct kinds"), "{err}");
+    // The same kinds twice count once.
+    assert!(
+        Hello::from_proto(hello(vec![controller("a", 0), controller("b", 0)]), &limits).is_ok()
+    );
+}

@@ -2,19 +2,22 @@
 //! domain types its gRPC edge converts peer messages into.
 
 mod access;
+mod claim_retry;
 mod dispatcher;
 mod expectations;
 mod mapping;
 mod messages;
 mod owner_graph;
+mod progress;
 mod selector_index;
 mod shards;
 mod spec_codec;
 mod workers;
 
-pub use access::{AccessDenied, CacheAccess};
+pub use access::{AccessDenied, CacheAccess, WorkerReads};
 pub use dispatcher::{Command, DISCOVERY_PERIOD, DispatcherHandle, TermContext, spawn};
 pub use messages::{Credit, Done, Hello, HelloRefused, Limits};
+pub use progress::DispatchProgress;
 
 /// What a stored controller spec (etcd `controllers/<name>`) needs informers for: the kinds it names,
 /// and whether it works on the owner graph (so needs every discovered deletable resource too). Nothing

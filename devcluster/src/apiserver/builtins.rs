@@ -35,6 +35,8 @@ fn base(s: Spec) -> ResourceInfo {
         defaulter: d::nothing,
         prepare_create: d::nothing,
         validate: v::nothing,
+        validate_update: v::nothing_on_update,
+        pod_templates: &[],
         name_rule: NameRule::Subdomain,
         field_labels: Vec::new(),
         generation: Generation::None,
@@ -90,6 +92,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         r.prepare_create = prep;
         r.validate = val;
         r.generation = generation;
+        r.pod_templates = &["/spec/template"];
         r
     };
     vec![
@@ -372,7 +375,10 @@ pub fn builtins() -> Vec<ResourceInfo> {
             v::nothing,
             Generation::Spec,
         )
-        .with(|r| r.subresources = status()),
+        .with(|r| {
+            r.subresources = status();
+            r.pod_templates = &["/spec/jobTemplate/spec/template"];
+        }),
         workload(
             spec!("batch", "jobs", "job", "Job", true, &[], true, "jobs"),
             d::job,
@@ -478,7 +484,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
             r.prepare_create = d::pdb_create;
             r.generation = Generation::Spec;
         }),
-        // rbac.authorization.k8s.io/v1 (stored only: devcluster does no authorization)
+        // rbac.authorization.k8s.io/v1 (enforced in RBAC mode, see `auth`)
         spec!(
             "rbac.authorization.k8s.io",
             "clusterrolebindings",
@@ -491,6 +497,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         )
         .with(|r| {
             r.defaulter = d::role_binding;
+            r.validate_update = v::role_binding_update;
             r.name_rule = NameRule::PathSegment;
         }),
         spec!(
@@ -516,6 +523,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         )
         .with(|r| {
             r.defaulter = d::role_binding;
+            r.validate_update = v::role_binding_update;
             r.name_rule = NameRule::PathSegment;
         }),
         spec!(

@@ -79,6 +79,8 @@ pub fn entries(crd: &Value) -> Vec<ResourceInfo> {
                 defaulter: defaults::nothing,
                 prepare_create: defaults::nothing,
                 validate: validation::nothing,
+                validate_update: validation::nothing_on_update,
+                pod_templates: &[],
                 name_rule: NameRule::Subdomain,
                 field_labels: Vec::new(),
                 generation: Generation::AllButMetadataAndStatus,

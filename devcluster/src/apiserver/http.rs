@@ -7,6 +7,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use super::auth::UserInfo;
 use super::discovery;
 use super::managed_fields;
 use super::objects::{self, DeleteOptions, Part, PatchKind, Target};
@@ -302,7 +303,8 @@ async fn route(st: &ApiState, req: Request) -> Result<Response, ApiError> {
         .unwrap_or("")
         .trim()
         .to_string();
-    let t = Target::new(info.clone(), namespace, name, query, manager);
+    let user = parts.extensions.get::<UserInfo>().cloned();
+    let t = Target::new(info.clone(), namespace, name, query, manager).with_user(user);
     let result = resource_op(st, &t, sub, method, &content_type, render, body).await;
     let warnings = t.warnings.lock().clone();
     result.map(|mut r| {

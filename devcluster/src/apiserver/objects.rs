@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::auth::UserInfo;
 use super::continue_token;
 use super::crd;
 use super::managed_fields;
@@ -32,6 +33,9 @@ pub struct Target {
     pub manager: String,
     /// Warnings for the response (`Warning: 299 - "..."` headers).
     pub warnings: parking_lot::Mutex<Vec<String>>,
+    /// Who asked, when an HTTP request did (None for devcluster's own writes, which, like
+    /// upstream's loopback client, may write any RBAC object).
+    pub user: Option<UserInfo>,
 }
 
 impl Target {
@@ -50,7 +54,14 @@ impl Target {
             query,
             manager,
             warnings: parking_lot::Mutex::new(Vec::new()),
+            user: None,
         }
+    }
+
+    /// The same target, asked for by `user`.
+    pub fn with_user(mut self, user: Option<UserInfo>) -> Self {
+        self.user = user;
+        self
     }
 }
 
@@ -165,9 +176,20 @@ fn invalid(info: &ResourceInfo, name: &str, causes: Vec<Cause>) -> ApiError {
     ApiError::invalid(&info.group, &info.kind, name, causes)
 }
 
-fn validate(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+/// Validates `obj` (a create when `old` is None, else an update of `old`): metadata, the kind's rules,
+/// its pod templates' metadata, update-only rules, a custom resource's schema.
+fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     let mut causes = validation::metadata(info.name_rule, obj);
     causes.extend((info.validate)(obj));
+    for pointer in info.pod_templates {
+        if let Some(template) = obj.pointer(pointer).filter(|t| t.is_object()) {
+            let field = pointer.trim_start_matches('/').replace('/', ".");
+            causes.extend(validation::pod_template(&field, template));
+        }
+    }
+    if let Some(old) = old {
+        causes.extend((info.validate_update)(obj, old));
+    }
     if let Some(schema) = &info.schema {
         causes.extend(crd::validate(schema, obj));
     }
@@ -339,7 +361,8 @@ async fn create_one(
     if info.custom && info.subresources.status {
         super::defaults::drop_status(&mut obj);
     }
-    validate(info, &obj)?;
+    super::auth::admit_rbac_write(st, t, None, &obj).await?;
+    validate(info, &obj, None)?;
     if info.namespaced {
         check_namespace(st, info, t.namespace.as_deref().unwrap_or(""), &name).await?;
     }
@@ -486,7 +509,14 @@ pub async fn list(st: &ApiState, t: &Target) -> Result<Value, ApiError> {
             at = Some(rv);
         }
     }
-    let page = match st.storage.list(&prefix, start.as_deref(), at).await {
+    let filtered = !labels.is_empty() || !fields.is_empty();
+    let keep = |v: &Value| labels.matches(v) && fields.matches(v);
+    let want = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+    let page = match st
+        .storage
+        .list_page(&prefix, start.as_deref(), at, want, keep)
+        .await
+    {
         Ok(p) => p,
         Err(StorageError::Compacted) if t.query.get("continue").is_some() => {
             let rel = start
@@ -500,27 +530,13 @@ pub async fn list(st: &ApiState, t: &Target) -> Result<Value, ApiError> {
         }
         Err(e) => return Err(internal(e)),
     };
-    let filtered = !labels.is_empty() || !fields.is_empty();
-    let mut items = Vec::new();
-    let mut next: Option<String> = None;
-    let mut remaining = 0i64;
-    let mut items_last_key: Option<String> = None;
-    let total = page.items.len();
-    for (i, s) in page.items.into_iter().enumerate() {
-        if !labels.matches(&s.value) || !fields.matches(&s.value) {
-            continue;
-        }
-        if let Some(l) = limit
-            && items.len() as i64 >= l
-        {
-            let last_key = items_last_key.clone().unwrap_or_default();
-            next = Some(last_key);
-            remaining = (total - i) as i64;
-            break;
-        }
-        items_last_key = Some(s.key.clone());
-        items.push(strip_for_list(info, s.value));
-    }
+    let items: Vec<Value> = page
+        .items
+        .into_iter()
+        .map(|s| strip_for_list(info, s.value))
+        .collect();
+    let next = page.more.as_ref().map(|m| m.last_key.clone());
+    let remaining = page.more.as_ref().map_or(0, |m| m.remaining);
     let mut md = json!({"resourceVersion": page.rev.to_string()});
     if let Some(k) = next {
         let rel = k.strip_prefix(&prefix_base).unwrap_or(&k).to_string();
@@ -727,7 +743,8 @@ where
         if part != Part::Status {
             bump_generation(info, &current, &mut new);
         }
-        validate(info, &new)?;
+        super::auth::admit_rbac_write(st, t, Some(&current), &new).await?;
+        validate(info, &new, Some(&current))?;
         if info.allocates_service_ips && part == Part::Main {
             super::services::keep_allocations(&current, &mut new);
         }

@@ -11,6 +11,8 @@ use super::status::{Cause, Gr};
 pub type DefaultFn = fn(&mut Value);
 /// Validation hook: returns field causes; empty means valid.
 pub type ValidateFn = fn(&Value) -> Vec<Cause>;
+/// Update-only validation hook, given the new object and the stored one (immutable fields).
+pub type ValidateUpdateFn = fn(&Value, &Value) -> Vec<Cause>;
 
 /// How `metadata.generation` is maintained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +102,11 @@ pub struct ResourceInfo {
     pub prepare_create: DefaultFn,
     /// Validation.
     pub validate: ValidateFn,
+    /// Validation of updates only (fields that may not change), after `validate`.
+    pub validate_update: ValidateUpdateFn,
+    /// JSON pointers of embedded pod templates (`/spec/template`), whose labels and annotations are
+    /// validated like the object's own (upstream's `ValidatePodTemplateSpec`).
+    pub pod_templates: &'static [&'static str],
     /// `metadata.name` rule.
     pub name_rule: NameRule,
     /// Field-selector fields beyond `metadata.name` / `metadata.namespace` (dotted paths into the object).

@@ -65,6 +65,16 @@ impl Cause {
         }
     }
 
+    /// A `FieldValueTooLong` cause for a value over `limit` bytes (upstream's `field.TooLong`, which
+    /// never repeats the value: it may be megabytes).
+    pub fn too_long(field: &str, limit: usize) -> Self {
+        Cause {
+            reason: "FieldValueTooLong",
+            message: format!("Too long: may not be more than {limit} bytes"),
+            field: field.to_string(),
+        }
+    }
+
     /// A `FieldValueTypeInvalid` cause (CRD schema validation).
     pub fn type_invalid(field: &str, value: &Value, expected: &str) -> Self {
         Cause {

@@ -16,14 +16,19 @@ pub enum StorageError {
     /// A stored value is not JSON (written by something else).
     #[error("stored value at {0} is not JSON")]
     Corrupt(String),
+    /// etcd's reply was bigger than the client accepts (tonic's 4 MiB decoding limit, which
+    /// etcd-client offers no way to raise); a smaller range read fits.
+    #[error("etcd reply too large for the client")]
+    ReplyTooLarge(#[source] etcd_client::Error),
 }
 
 impl From<etcd_client::Error> for StorageError {
     fn from(e: etcd_client::Error) -> Self {
-        if e.to_string()
-            .contains("required revision has been compacted")
-        {
+        let text = e.to_string();
+        if text.contains("required revision has been compacted") {
             StorageError::Compacted
+        } else if text.contains("decoded message length too large") {
+            StorageError::ReplyTooLarge(e)
         } else {
             StorageError::Etcd(e)
         }
@@ -48,6 +53,34 @@ pub struct Page {
     pub items: Vec<Stored>,
     /// The revision the list was read at.
     pub rev: i64,
+    /// Set when the list stopped at its limit with another kept item still to come.
+    pub more: Option<More>,
+}
+
+/// Where a list that stopped at its limit goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct More {
+    /// The key of the last item returned (the next page starts right after it).
+    pub last_key: String,
+    /// How many keys, kept or not, follow that item (upstream's `remainingItemCount` when nothing
+    /// is filtered out).
+    pub remaining: i64,
+}
+
+/// The most keys one etcd range read asks for.
+const MAX_CHUNK: i64 = 500;
+
+/// The bytes one etcd range reply is sized to: half the client's 4 MiB decoding limit, so a chunk
+/// sized from the previous chunk's average object may be off by two times and still fit.
+const CHUNK_BYTES: usize = 2 * 1024 * 1024;
+
+/// The next chunk's key count after a reply of `count` keys and `bytes` bytes: as many average keys as
+/// fit in [`CHUNK_BYTES`], at least one, at most [`MAX_CHUNK`].
+fn next_chunk(count: usize, bytes: usize) -> i64 {
+    let average = (bytes / count.max(1)).max(1);
+    i64::try_from(CHUNK_BYTES / average)
+        .unwrap_or(MAX_CHUNK)
+        .clamp(1, MAX_CHUNK)
 }
 
 /// Decodes a stored value and stamps its resourceVersion.
@@ -123,42 +156,94 @@ impl Storage {
         start: Option<&str>,
         rev: Option<i64>,
     ) -> Result<Page, StorageError> {
-        // Read in chunks at one revision: a single range reply is capped by the gRPC message size (4 MiB).
-        const CHUNK: i64 = 500;
+        self.list_page(prefix, start, rev, None, |_| true).await
+    }
+
+    /// Lists the keys under `prefix` (which ends with `/`) from `start` (inclusive) at `rev` (None =
+    /// current) whose objects `keep` accepts, stopping once `limit` are kept and a further one exists
+    /// ([`Page::more`] then says where to go on).
+    ///
+    /// etcd is read in chunks at one revision, each sized by keys and bytes so that its reply stays
+    /// under the client's 4 MiB decoding limit however large the objects are: a chunk that still comes
+    /// back too large is asked again at half the size.
+    ///
+    /// # Errors
+    /// `Compacted` when `rev` is compacted; etcd failures; `ReplyTooLarge` when a single object is
+    /// bigger than the client accepts.
+    pub async fn list_page(
+        &self,
+        prefix: &str,
+        start: Option<&str>,
+        rev: Option<i64>,
+        limit: Option<usize>,
+        mut keep: impl FnMut(&Value) -> bool,
+    ) -> Result<Page, StorageError> {
+        let end = prefix_end(prefix);
         let mut from = start.unwrap_or(prefix).as_bytes().to_vec();
         let mut at = rev;
-        let mut items = Vec::new();
+        // One more than the limit: enough to learn whether another item follows the page.
+        let mut chunk = limit.map_or(MAX_CHUNK, |l| {
+            i64::try_from(l).map_or(MAX_CHUNK, |l| l.saturating_add(1).min(MAX_CHUNK))
+        });
+        let mut items: Vec<Stored> = Vec::new();
         loop {
-            let mut opts = GetOptions::new()
-                .with_range(prefix_end(prefix))
-                .with_limit(CHUNK);
+            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(chunk);
             if let Some(r) = at {
                 opts = opts.with_revision(r);
             }
-            let resp = self.client.clone().get(from.clone(), Some(opts)).await?;
+            let resp = match self.client.clone().get(from.clone(), Some(opts)).await {
+                Ok(resp) => resp,
+                Err(e) => match StorageError::from(e) {
+                    StorageError::ReplyTooLarge(_) if chunk > 1 => {
+                        chunk /= 2;
+                        continue;
+                    }
+                    other => return Err(other),
+                },
+            };
             if at.is_none() {
                 at = Some(resp.header().map_or(0, |h| h.revision()));
             }
-            for kv in resp.kvs() {
+            let kvs = resp.kvs();
+            for (i, kv) in kvs.iter().enumerate() {
                 let key = String::from_utf8_lossy(kv.key()).into_owned();
                 let value = decode(&key, kv.value(), kv.mod_revision())?;
+                if !keep(&value) {
+                    continue;
+                }
+                if limit.is_some_and(|l| items.len() >= l) {
+                    let last_key = items.last().map(|s| s.key.clone()).unwrap_or_default();
+                    // `count` counts every key from this chunk's first to the prefix's end.
+                    let remaining = resp.count() - i64::try_from(i).unwrap_or(i64::MAX);
+                    return Ok(Page {
+                        items,
+                        rev: at.unwrap_or(0),
+                        more: Some(More {
+                            last_key,
+                            remaining,
+                        }),
+                    });
+                }
                 items.push(Stored {
                     key,
                     value,
                     rev: kv.mod_revision(),
                 });
             }
-            match resp.kvs().last() {
+            match kvs.last() {
                 Some(last) if resp.more() => {
                     from = last.key().to_vec();
                     from.push(0);
                 }
                 _ => break,
             }
+            let bytes = kvs.iter().map(|kv| kv.key().len() + kv.value().len()).sum();
+            chunk = next_chunk(kvs.len(), bytes);
         }
         Ok(Page {
             items,
             rev: at.unwrap_or(0),
+            more: None,
         })
     }
 
@@ -266,5 +351,23 @@ impl Storage {
     /// The underlying client (for the watch cache's single watch).
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_of_small_objects_are_capped_by_count() {
+        assert_eq!(next_chunk(500, 500 * 1024), MAX_CHUNK);
+    }
+
+    #[test]
+    fn chunks_of_large_objects_stay_within_the_byte_budget() {
+        // 900 KB objects: two fit in 2 MiB.
+        assert_eq!(next_chunk(3, 3 * 900_000), 2);
+        // An object larger than the budget is read alone.
+        assert_eq!(next_chunk(1, 3_000_000), 1);
     }
 }

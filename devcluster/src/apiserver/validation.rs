@@ -127,7 +127,62 @@ pub fn label_value_errors(v: &str) -> Vec<String> {
     out
 }
 
-/// Metadata checks common to all kinds: name, labels, annotation keys, finalizer names.
+/// Upstream's `TotalAnnotationSizeLimitB`: the most bytes (keys plus values) the annotations of one
+/// object, or of one embedded pod template, may hold.
+pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+
+/// Upstream's `ValidateLabels` of the map at `field`: keys are qualified names, values label values.
+fn labels(field: &str, labels: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    for (k, v) in labels.as_object().into_iter().flatten() {
+        for m in qualified_name_errors(k) {
+            causes.push(Cause::invalid(field, &json!(k), &m));
+        }
+        match v.as_str() {
+            Some(s) => {
+                for m in label_value_errors(s) {
+                    causes.push(Cause::invalid(field, v, &m));
+                }
+            }
+            None => causes.push(Cause::invalid(field, v, "must be a string")),
+        }
+    }
+    causes
+}
+
+/// Upstream's `ValidateAnnotations` of the map at `field`: keys are qualified names once lowercased
+/// (annotation keys may carry capitals), and keys plus values stay within
+/// [`TOTAL_ANNOTATION_SIZE_LIMIT`] bytes.
+fn annotations(field: &str, annotations: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let mut total = 0usize;
+    for (k, v) in annotations.as_object().into_iter().flatten() {
+        for m in qualified_name_errors(&k.to_lowercase()) {
+            causes.push(Cause::invalid(field, &json!(k), &m));
+        }
+        total += k.len() + v.as_str().map_or(0, str::len);
+    }
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT {
+        causes.push(Cause::too_long(field, TOTAL_ANNOTATION_SIZE_LIMIT));
+    }
+    causes
+}
+
+/// The metadata checks of upstream's `ValidatePodTemplateSpec` for the pod template at `field` (e.g.
+/// `spec.template`): labels and annotations, reported as `<field>.labels` / `<field>.annotations` —
+/// without `.metadata`, exactly as upstream names them.
+pub fn pod_template(field: &str, template: &Value) -> Vec<Cause> {
+    let meta = &template["metadata"];
+    let mut causes = labels(&format!("{field}.labels"), &meta["labels"]);
+    causes.extend(annotations(
+        &format!("{field}.annotations"),
+        &meta["annotations"],
+    ));
+    causes
+}
+
+/// Metadata checks common to all kinds: name, labels, annotations (keys and total size), finalizer
+/// names.
 pub fn metadata(rule: NameRule, obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     let meta = &obj["metadata"];
@@ -142,28 +197,8 @@ pub fn metadata(rule: NameRule, obj: &Value) -> Vec<Cause> {
             causes.push(Cause::invalid("metadata.name", &json!(name), &m));
         }
     }
-    if let Some(labels) = meta["labels"].as_object() {
-        for (k, v) in labels {
-            for m in qualified_name_errors(k) {
-                causes.push(Cause::invalid("metadata.labels", &json!(k), &m));
-            }
-            match v.as_str() {
-                Some(s) => {
-                    for m in label_value_errors(s) {
-                        causes.push(Cause::invalid("metadata.labels", v, &m));
-                    }
-                }
-                None => causes.push(Cause::invalid("metadata.labels", v, "must be a string")),
-            }
-        }
-    }
-    if let Some(annotations) = meta["annotations"].as_object() {
-        for k in annotations.keys() {
-            for m in qualified_name_errors(k) {
-                causes.push(Cause::invalid("metadata.annotations", &json!(k), &m));
-            }
-        }
-    }
+    causes.extend(labels("metadata.labels", &meta["labels"]));
+    causes.extend(annotations("metadata.annotations", &meta["annotations"]));
     if let Some(fins) = meta["finalizers"].as_array() {
         for (i, f) in fins.iter().enumerate() {
             let s = f.as_str().unwrap_or("");
@@ -184,6 +219,33 @@ pub fn nothing(_: &Value) -> Vec<Cause> {
     Vec::new()
 }
 
+/// Kinds with no update-only rules.
+pub fn nothing_on_update(_: &Value, _: &Value) -> Vec<Cause> {
+    Vec::new()
+}
+
+/// RoleBinding / ClusterRoleBinding updates: `roleRef` may not change (upstream's
+/// `ValidateRoleBindingUpdate`), so a binding never silently starts granting another role. The value
+/// is printed as Go's `%#v` of the internal `rbac.RoleRef`, as upstream's message shows it.
+pub fn role_binding_update(new: &Value, old: &Value) -> Vec<Cause> {
+    let part = |v: &Value, k: &str| v["roleRef"][k].as_str().unwrap_or("").to_owned();
+    let fields = ["apiGroup", "kind", "name"];
+    if fields.iter().all(|k| part(new, k) == part(old, k)) {
+        return Vec::new();
+    }
+    let quoted = |k: &str| serde_json::to_string(&part(new, k)).unwrap_or_default();
+    vec![Cause {
+        reason: "FieldValueInvalid",
+        message: format!(
+            "Invalid value: rbac.RoleRef{{APIGroup:{}, Kind:{}, Name:{}}}: cannot change roleRef",
+            quoted("apiGroup"),
+            quoted("kind"),
+            quoted("name")
+        ),
+        field: "roleRef".into(),
+    }]
+}
+
 /// ConfigMap: data + binaryData must stay under 1 MiB.
 pub fn configmap(obj: &Value) -> Vec<Cause> {
     let mut total = 0usize;
@@ -195,11 +257,7 @@ pub fn configmap(obj: &Value) -> Vec<Cause> {
         }
     }
     if total > 1024 * 1024 {
-        return vec![Cause {
-            reason: "FieldValueTooLong",
-            message: "Too long: may not be more than 1048576 bytes".into(),
-            field: "[]".into(),
-        }];
+        return vec![Cause::too_long("[]", 1024 * 1024)];
     }
     Vec::new()
 }
@@ -443,6 +501,51 @@ mod tests {
         assert_eq!(
             label_value_errors("not valid!"),
             vec![LABEL_VALUE_MSG.to_string()]
+        );
+    }
+
+    #[test]
+    fn annotations_may_total_256_kib_and_not_one_byte_more() {
+        let with = |value_len: usize| json!({"metadata": {"name": "a", "annotations": {"k": "x".repeat(value_len)}}});
+        assert!(metadata(NameRule::Subdomain, &with(TOTAL_ANNOTATION_SIZE_LIMIT - 1)).is_empty());
+        let causes = metadata(NameRule::Subdomain, &with(TOTAL_ANNOTATION_SIZE_LIMIT));
+        assert_eq!(
+            causes,
+            vec![Cause::too_long(
+                "metadata.annotations",
+                TOTAL_ANNOTATION_SIZE_LIMIT
+            )]
+        );
+        assert_eq!(
+            causes[0].message,
+            "Too long: may not be more than 262144 bytes"
+        );
+    }
+
+    #[test]
+    fn annotation_keys_are_checked_in_lowercase_like_upstream() {
+        let obj = json!({"metadata": {"name": "a", "annotations": {"Example.COM/Key": "v"}}});
+        assert!(metadata(NameRule::Subdomain, &obj).is_empty());
+    }
+
+    #[test]
+    fn a_pod_templates_annotations_are_reported_without_metadata_in_the_path() {
+        let template = json!({"metadata": {"annotations": {"k": "x".repeat(1 << 20)}}});
+        let causes = pod_template("spec.template", &template);
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "spec.template.annotations");
+    }
+
+    #[test]
+    fn a_binding_may_not_change_its_role_ref() {
+        let old = json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "a"}});
+        assert!(role_binding_update(&old, &old).is_empty());
+        let new = json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "b"}});
+        let causes = role_binding_update(&new, &old);
+        assert_eq!(causes[0].field, "roleRef");
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: rbac.RoleRef{APIGroup:\"rbac.authorization.k8s.io\", Kind:\"ClusterRole\", Name:\"b\"}: cannot change roleRef"
         );
     }
 

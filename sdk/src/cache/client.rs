@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use super::backend::CacheBackend;
 use super::query::CacheQuery;
 use crate::kind::{KindScope, kind_of};
+use flotilla_apimachinery::ResourceKind;
 
 /// Errors of a cache read.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +83,19 @@ impl CacheClient {
             .iter()
             .map(|bytes| decode(&kind.kind, bytes))
             .collect()
+    }
+
+    /// The cached objects of `kind` that `query` selects, as the cache's JSON: for a runtime that
+    /// knows kinds only at run time (a worker reading what an item's prefetch left out).
+    ///
+    /// # Errors
+    /// [`CacheError`] when there is no leader or the request fails.
+    pub async fn list_json(
+        &self,
+        kind: &ResourceKind,
+        query: &CacheQuery,
+    ) -> Result<Vec<Bytes>, CacheError> {
+        self.backend()?.list(kind, query).await
     }
 }
 

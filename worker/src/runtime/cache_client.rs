@@ -101,15 +101,29 @@ impl CacheBackend for GrpcCache {
     ) -> BoxFuture<'a, Result<Vec<Bytes>, CacheError>> {
         Box::pin(async move {
             let (index, index_value) = query.index_filter().unwrap_or_default();
-            let request = proto::ListRequest {
+            let mut request = proto::ListRequest {
                 kind: Some(kind.into()),
                 namespace: query.namespace_filter().unwrap_or_default().to_owned(),
                 label_selector: query.label_filter().unwrap_or_default().to_owned(),
                 index: index.to_owned(),
                 index_value: index_value.to_owned(),
+                r#continue: String::new(),
             };
-            let response = self.client()?.list(request).await.map_err(rpc)?;
-            Ok(response.into_inner().objects)
+            // The coordinator answers in pages of a few MiB (however large the objects); read them all.
+            let mut objects = Vec::new();
+            loop {
+                let page = self
+                    .client()?
+                    .list(request.clone())
+                    .await
+                    .map_err(rpc)?
+                    .into_inner();
+                objects.extend(page.objects);
+                if page.r#continue.is_empty() || page.r#continue <= request.r#continue {
+                    return Ok(objects);
+                }
+                request.r#continue = page.r#continue;
+            }
         })
     }
 }

@@ -16,10 +16,9 @@ use flotilla_common::{
     Election, FleetKeys, Health, Leadership, Session, TRACE_TARGET, sample_new_trace,
 };
 use flotilla_proto as proto;
-use flotilla_sdk::host::{CacheSlot, ControllerEnv, WorkItem, Write, WriteJournal};
+use flotilla_sdk::host::{CacheSlot, ControllerEnv, Outcome, WorkItem, Write, WriteJournal};
 use flotilla_sdk::{Context, DynController};
 use futures::{Stream, StreamExt};
-use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +30,9 @@ use super::connection::Connection;
 use super::ledger::{Admission, Assigned, Ledger};
 use super::metrics::{ControllerMetrics, Metrics};
 use super::outbox::{FLUSH_INTERVAL, Outbox};
+use super::prefetch;
+use super::registration::RegistrationRecord;
+use super::stream_health::StreamHealth;
 use super::wire::{self, DoneOutcome};
 
 /// The `reconcile` span of `item` on `worker`, of the given target (exported) or the default one.
@@ -89,14 +91,6 @@ pub(crate) struct Stops {
     pub(crate) kill: CancellationToken,
 }
 
-/// The worker's registration value under `workers/<id>`.
-#[derive(Serialize)]
-struct Registration<'a> {
-    id: &'a str,
-    capacity: u32,
-    controllers: Vec<&'a str>,
-}
-
 /// How a session ended.
 enum End {
     Lost,
@@ -124,8 +118,25 @@ pub(crate) async fn run(shared: Arc<Shared>, etcd: etcd_client::Client, stops: S
         let lease = session.lease_id();
         info!(lease = format_args!("{lease:x}"), "registered");
         let run = SessionRun::new(&shared, &session, &stops, &mut ledger, &mut leader);
+        let registration = RegistrationRecord::of(&shared).map(|record| {
+            let metrics = shared.metrics.clone();
+            record.keep(&session, stops.kill.child_token(), move || {
+                metrics.registration_rewritten()
+            })
+        });
+        let run = async {
+            let Ok(registration) = registration else {
+                return run.run(&mut leaders).await;
+            };
+            // The registration is kept only while the session runs: stopped before a graceful
+            // shutdown revokes the lease (which deletes the key).
+            tokio::select! {
+                biased;
+                end = run.run(&mut leaders) => end,
+                () = registration => std::future::pending().await,
+            }
+        };
         match run
-            .run(&mut leaders)
             .instrument(info_span!("session", lease = format_args!("{lease:x}")))
             .await
         {
@@ -154,7 +165,9 @@ async fn start_session(
             let session = Session::start(etcd.clone(), shared.config.session)
                 .await
                 .map_err(anyhow::Error::from)?;
-            register(shared, &session).await?;
+            RegistrationRecord::of(shared)?
+                .put(session.client(), session.lease_id())
+                .await?;
             anyhow::Ok(session)
         };
         let result = tokio::select! {
@@ -179,28 +192,6 @@ async fn start_session(
             }
         }
     }
-}
-
-async fn register(shared: &Shared, session: &Session) -> anyhow::Result<()> {
-    let mut names: Vec<&str> = shared.controllers.keys().map(String::as_str).collect();
-    names.sort_unstable();
-    let capacity = shared
-        .controllers
-        .values()
-        .map(|c| c.controller.concurrency_limit())
-        .sum();
-    let value = serde_json::to_vec(&Registration {
-        id: &shared.worker_id,
-        capacity,
-        controllers: names,
-    })?;
-    let options = etcd_client::PutOptions::new().with_lease(session.lease_id());
-    session
-        .client()
-        .clone()
-        .put(shared.keys.worker(&shared.worker_id), value, Some(options))
-        .await?;
-    Ok(())
 }
 
 /// A reconcile that ended on its own.
@@ -241,6 +232,10 @@ struct SessionRun<'a> {
     /// Set when a Welcome came with an older term than known: wait for etcd to show a newer leader.
     wait_newer_leader: bool,
     draining_until: Option<Instant>,
+    /// Recent stream breaks: a stream breaking in a loop keeps the worker not ready.
+    stream_health: StreamHealth,
+    /// When a welcomed stream of a flapping worker has stayed up long enough to say ready.
+    ready_at: Option<Instant>,
 }
 
 impl<'a> SessionRun<'a> {
@@ -279,6 +274,8 @@ impl<'a> SessionRun<'a> {
             backoff: shared.config.reconnect_min,
             wait_newer_leader: false,
             draining_until: None,
+            stream_health: StreamHealth::default(),
+            ready_at: None,
         }
     }
 
@@ -321,6 +318,12 @@ impl<'a> SessionRun<'a> {
                     }
                 }
                 () = sleep_until(self.flush_at) => self.flush(),
+                () = sleep_until(self.ready_at) => {
+                    self.ready_at = None;
+                    if self.stream.as_ref().is_some_and(|s| s.welcomed) && self.draining_until.is_none() {
+                        self.shared.health.set_ready(true, "connected to the leader");
+                    }
+                }
             }
         }
     }
@@ -417,6 +420,7 @@ impl<'a> SessionRun<'a> {
             })) => {
                 if !self.stream.as_ref().is_some_and(|s| s.welcomed) {
                     warn!("the leader assigned items before Welcome; closing the stream");
+                    self.stream_broke();
                     self.disconnect("protocol error");
                     self.schedule_reconnect();
                     return;
@@ -435,11 +439,13 @@ impl<'a> SessionRun<'a> {
             }
             Ok(None) => {
                 info!("the leader closed the stream");
+                self.stream_broke();
                 self.disconnect("stream closed");
                 self.schedule_reconnect();
             }
             Err(status) => {
                 warn!(code = ?status.code(), message = status.message(), "stream to the leader broke");
+                self.stream_broke();
                 self.disconnect("stream broke");
                 self.schedule_reconnect();
             }
@@ -477,9 +483,22 @@ impl<'a> SessionRun<'a> {
         }
         info!(leader = %welcome.leader_id, term = welcome.term, shards = welcome.shards.len(), "welcomed");
         self.backoff = self.shared.config.reconnect_min;
-        self.shared
-            .health
-            .set_ready(true, "connected to the leader");
+        let now = Instant::now();
+        let ready_at = self.stream_health.ready_at(now);
+        if ready_at <= now {
+            self.shared
+                .health
+                .set_ready(true, "connected to the leader");
+        } else {
+            warn!(
+                stable_for = ?ready_at - now,
+                "the stream to the leader keeps breaking; not ready until it stays up"
+            );
+            self.shared
+                .health
+                .set_ready(false, "the stream to the leader keeps breaking");
+            self.ready_at = Some(ready_at);
+        }
         self.shared.metrics.set_connected(true);
         if self.draining_until.is_none() {
             for (controller, n) in self.ledger.initial_credits() {
@@ -494,7 +513,7 @@ impl<'a> SessionRun<'a> {
     fn admit(&mut self, item: Assigned) {
         let (controller, key, term) = (item.controller.clone(), item.key.clone(), item.term);
         match self.ledger.admit(item, self.draining_until.is_some()) {
-            Admission::Start(item) => self.spawn(item),
+            Admission::Start(item) => self.spawn(*item),
             Admission::Queued => {
                 debug!(%controller, %key, "item waits for the running item of its key")
             }
@@ -573,10 +592,17 @@ impl<'a> SessionRun<'a> {
         self.disconnect("shutting down");
     }
 
+    /// Counts a break of an open stream (see [`StreamHealth`]).
+    fn stream_broke(&mut self) {
+        self.stream_health.broke(Instant::now());
+        self.shared.metrics.stream_broke();
+    }
+
     fn disconnect(&mut self, reason: &str) {
         if self.stream.take().is_some() {
             debug!(reason, "stream to the leader closed");
         }
+        self.ready_at = None;
         self.outbox.clear();
         self.flush_at = None;
         self.shared.cache.clear();
@@ -637,20 +663,36 @@ impl<'a> SessionRun<'a> {
         }
         let cancel = self.reconciles.child_token();
         let journal = WriteJournal::default();
-        let ctx = Context::new(
-            slot.env.clone(),
-            journal.clone(),
+        // What the leader could not ship with the item is read through the cache first; the reconcile
+        // then sees the same Context as if it had come with the item.
+        let left_out = prefetch::complete(
+            self.shared.cache.client(),
+            item.object.clone(),
             item.prefetched,
+            item.prefetch_from_cache,
+        );
+        let (env, controller, ctx_span, ctx_cancel, ctx_journal) = (
+            slot.env.clone(),
+            slot.controller.clone(),
             span.clone(),
             cancel.clone(),
+            journal.clone(),
         );
         let work = WorkItem {
             key: item.key.clone(),
-            object: item.object,
+            object: item.object.clone(),
             attempt: item.attempt,
             reason: item.reason,
         };
-        let run = slot.controller.run(work, ctx);
+        let run = async move {
+            match left_out.await {
+                Ok(prefetched) => {
+                    let ctx = Context::new(env, ctx_journal, prefetched, ctx_span, ctx_cancel);
+                    controller.run(work, ctx).await
+                }
+                Err(err) => Outcome::error(format!("{:#}", anyhow::Error::from(err))),
+            }
+        };
         let metrics = slot.metrics.clone();
         let finished_tx = self.finished_tx.clone();
         let (controller, key, term, item_id) = (item.controller, item.key, item.term, item.item_id);

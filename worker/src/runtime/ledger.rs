@@ -26,6 +26,9 @@ pub(crate) struct Assigned {
     pub(crate) attempt: u32,
     pub(crate) object: Bytes,
     pub(crate) prefetched: Vec<(ResourceKind, Bytes)>,
+    /// Kinds of related objects too large to ship with the item: read through the Cache service (owned
+    /// by the primary object) before the reconcile starts.
+    pub(crate) prefetch_from_cache: Vec<ResourceKind>,
     /// The trace the item belongs to; `None` (nothing allocated) when its events were not sampled or
     /// tracing is off.
     pub(crate) trace: Option<Box<ItemTrace>>,
@@ -82,6 +85,11 @@ impl From<proto::Assign> for Assigned {
                     (kind, p.object)
                 })
                 .collect(),
+            prefetch_from_cache: a
+                .prefetch_from_cache
+                .into_iter()
+                .map(ResourceKind::from)
+                .collect(),
             trace: ItemTrace::of(&a.traceparent, &a.trace_links),
             reason: a.reason.map(Reason::from).unwrap_or_default(),
         }
@@ -113,7 +121,7 @@ impl Refusal {
 #[derive(Debug)]
 pub(crate) enum Admission {
     /// Start reconciling it now.
-    Start(Assigned),
+    Start(Box<Assigned>),
     /// Another item of the same key runs; this one starts when that one finishes.
     Queued,
     /// Not taken: no Done, no credit.
@@ -185,7 +193,7 @@ impl Ledger {
                 shard: item.shard,
             },
         );
-        Admission::Start(item)
+        Admission::Start(Box::new(item))
     }
 
     /// Notes that the item `(term, item_id)` of `(controller, key)` finished. Returns whether it was
@@ -324,6 +332,7 @@ mod tests {
             attempt: 0,
             object: Bytes::new(),
             prefetched: Vec::new(),
+            prefetch_from_cache: Vec::new(),
             trace: None,
             reason: Reason::Unknown,
         }

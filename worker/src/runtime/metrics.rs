@@ -52,6 +52,8 @@ pub(crate) struct Metrics {
     refused: Family<ReasonLabels, Counter>,
     fenced: Counter,
     connected: Gauge,
+    stream_breaks: Counter,
+    registrations_rewritten: Counter,
     api_requests: RequestCounter,
 }
 
@@ -67,6 +69,8 @@ impl Metrics {
             refused: Family::default(),
             fenced: Counter::default(),
             connected: Gauge::default(),
+            stream_breaks: Counter::default(),
+            registrations_rewritten: Counter::default(),
             api_requests: RequestCounter::default(),
         };
         registry.register(
@@ -111,6 +115,16 @@ impl Metrics {
             "flotilla_worker_leader_connected",
             "1 while the worker has a welcomed stream to the leader",
             metrics.connected.clone(),
+        );
+        registry.register(
+            "flotilla_worker_stream_breaks",
+            "Times a stream to the leader failed to open or broke (a worker breaking in a loop is not ready)",
+            metrics.stream_breaks.clone(),
+        );
+        registry.register(
+            "flotilla_worker_registrations_rewritten",
+            "Times the worker's registration was found deleted from etcd while its lease lived, and written again",
+            metrics.registrations_rewritten.clone(),
         );
         metrics.api_requests.register(registry);
         metrics
@@ -163,6 +177,14 @@ impl Metrics {
 
     pub(crate) fn fenced(&self) {
         self.fenced.inc();
+    }
+
+    pub(crate) fn stream_broke(&self) {
+        self.stream_breaks.inc();
+    }
+
+    pub(crate) fn registration_rewritten(&self) {
+        self.registrations_rewritten.inc();
     }
 
     pub(crate) fn set_connected(&self, connected: bool) {

@@ -14,9 +14,12 @@ mod kube_stack;
 mod ledger;
 mod metrics;
 mod outbox;
+mod prefetch;
 mod rate_limit;
 mod recording;
+mod registration;
 mod selection;
+mod stream_health;
 mod wire;
 mod worker;
 

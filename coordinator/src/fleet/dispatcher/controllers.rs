@@ -27,11 +27,29 @@ impl Dispatcher {
     pub(super) fn start(&mut self, start: TermStart) {
         let now = Instant::now();
         self.registry_revision = start.revision;
+        let mut leaseless = 0;
         for (id, lease, capacity) in start.workers {
+            if lease == 0 {
+                // No worker registers without its session's lease: debris, never a worker.
+                leaseless += 1;
+                self.ctx.metrics.bad("leaseless_worker_key");
+                continue;
+            }
             let worker = WorkerState::registered(&id, lease, capacity, now);
             self.workers.insert(id, worker);
         }
-        for (s, owner, lease) in start.shards {
+        if leaseless > 0 {
+            // One line for them all, however many there are.
+            error!(
+                keys = leaseless,
+                "worker registrations in etcd carry no lease (a restore or a hand edit?); ignored"
+            );
+        }
+        for (s, owner, lease, mod_revision) in start.shards {
+            if lease == 0 && s < self.shards.count() {
+                self.note_leaseless(s, mod_revision);
+                continue;
+            }
             // A key on another lease than its owner's registration — an earlier incarnation's, or the
             // lease a fenced worker's shards are kept on — is not the owner's to dispatch to: the shard
             // counts as unowned, and a claim of it waits until that key is gone.
@@ -39,6 +57,13 @@ impl Dispatcher {
             if s < self.shards.count() && current {
                 self.shards.set_state(s, ShardState::Owned(owner));
             }
+        }
+        if !self.leaseless.is_empty() {
+            // One line for them all: a restore may have left every shard's key so.
+            error!(
+                shards = self.leaseless.len(),
+                "shard keys in etcd carry no lease (a restore or a hand edit?); claiming them over"
+            );
         }
         for (key, encoded) in start.specs {
             match proto::ControllerSpec::decode(encoded.as_slice())

@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, TxnOp, WatchOptions};
-use flotilla_common::{Elected, Election, ElectionError, FleetKeys};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, TxnOp, WatchOptions};
+use flotilla_common::{Elected, Election, ElectionError, FleetKeys, get_prefix_paged};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -32,6 +32,21 @@ pub(super) struct ShardWrite {
     pub(super) from: Option<String>,
     pub(super) to: String,
     pub(super) lease: i64,
+    /// A claim over a key that carries no lease (no write of the fleet's makes one: a bad restore or a
+    /// hand edit left it, and it would never expire): the key's mod revision, which must not have
+    /// changed since it was read.
+    pub(super) replace: Option<i64>,
+}
+
+/// Who holds a shard's key in etcd, as a refused write found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Holder {
+    pub(super) owner: String,
+    /// The lease the key is on; 0 when it has none.
+    pub(super) lease: i64,
+    pub(super) mod_revision: i64,
+    /// How long that lease has left, when etcd said.
+    pub(super) ttl: Option<Duration>,
 }
 
 /// How a shard write ended.
@@ -41,7 +56,7 @@ pub(super) enum WriteOutcome {
     Written,
     /// The guard failed: the shard was not free (a claim) or no longer `from`'s (a move); `current` is
     /// its owner in etcd now, if any.
-    Refused { current: Option<(String, i64)> },
+    Refused { current: Option<Holder> },
     /// etcd failed; nothing is known to have changed.
     Failed,
 }
@@ -101,8 +116,8 @@ pub(super) struct TermStart {
     pub(super) revision: i64,
     /// Registered workers: id, lease and advertised capacity.
     pub(super) workers: Vec<(String, i64, u32)>,
-    /// Shard owners as etcd says (at `revision`), with the lease each key is on.
-    pub(super) shards: Vec<(u32, String, i64)>,
+    /// Shard owners as etcd says (at `revision`), with the lease each key is on and its mod revision.
+    pub(super) shards: Vec<(u32, String, i64, i64)>,
     /// Stored controller specs: the etcd key (for logs) and the encoded spec.
     pub(super) specs: Vec<(String, Vec<u8>)>,
 }
@@ -115,41 +130,28 @@ pub(super) async fn read_term_start(
     etcd: &Client,
     keys: &FleetKeys,
 ) -> Result<TermStart, etcd_client::Error> {
-    let mut etcd = etcd.clone();
     let mut start = TermStart::default();
-    let workers = etcd
-        .get(keys.workers_prefix(), Some(GetOptions::new().with_prefix()))
-        .await?;
-    start.revision = workers.header().map_or(0, |h| h.revision());
-    for kv in workers.kvs() {
+    // Each prefix in pages: anyone who may register can make these prefixes large, and one read over
+    // the client's 4 MiB limit would otherwise end every term at its start.
+    let (workers, revision) = get_prefix_paged(etcd, &keys.workers_prefix(), 0).await?;
+    start.revision = revision;
+    for kv in &workers {
         if let Some(id) = keys.parse_worker(kv.key()) {
             let capacity = Registration::capacity_of(kv.value());
             start.workers.push((id.to_owned(), kv.lease(), capacity));
         }
     }
-    let shards = etcd
-        .get(
-            keys.shards_prefix(),
-            Some(
-                GetOptions::new()
-                    .with_prefix()
-                    .with_revision(start.revision),
-            ),
-        )
-        .await?;
-    for kv in shards.kvs() {
+    let (shards, _) = get_prefix_paged(etcd, &keys.shards_prefix(), start.revision).await?;
+    for kv in &shards {
         if let (Some(s), Ok(owner)) = (keys.parse_shard(kv.key()), std::str::from_utf8(kv.value()))
         {
-            start.shards.push((s, owner.to_owned(), kv.lease()));
+            start
+                .shards
+                .push((s, owner.to_owned(), kv.lease(), kv.mod_revision()));
         }
     }
-    let specs = etcd
-        .get(
-            keys.controllers_prefix(),
-            Some(GetOptions::new().with_prefix()),
-        )
-        .await?;
-    for kv in specs.kvs() {
+    let (specs, _) = get_prefix_paged(etcd, &keys.controllers_prefix(), 0).await?;
+    for kv in &specs {
         start.specs.push((
             String::from_utf8_lossy(kv.key()).into_owned(),
             kv.value().to_vec(),
@@ -278,9 +280,12 @@ impl EtcdWorker {
     /// The guard and the put of one shard write.
     fn guarded(&self, w: &ShardWrite) -> (Compare, TxnOp) {
         let key = self.keys.shard(w.shard);
-        let compare = match &w.from {
-            None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-            Some(from) => Compare::value(key.clone(), CompareOp::Equal, from.clone()),
+        let compare = match (&w.from, w.replace) {
+            (None, None) => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+            (None, Some(revision)) => {
+                Compare::mod_revision(key.clone(), CompareOp::Equal, revision)
+            }
+            (Some(from), _) => Compare::value(key.clone(), CompareOp::Equal, from.clone()),
         };
         let put = TxnOp::put(
             key,
@@ -306,13 +311,27 @@ impl EtcdWorker {
         })
     }
 
-    /// The shard's owner in etcd now, and the lease its key is on; `None` when it has none or etcd does not answer.
-    async fn owner(&self, shard: u32) -> Option<(String, i64)> {
+    /// Who holds the shard's key in etcd now; `None` when no one does or etcd does not answer.
+    async fn owner(&self, shard: u32) -> Option<Holder> {
         let mut etcd = self.etcd.clone();
         let resp = etcd.get(self.keys.shard(shard), None).await.ok()?;
         let kv = resp.kvs().first()?;
-        let owner = std::str::from_utf8(kv.value()).ok()?;
-        Some((owner.to_owned(), kv.lease()))
+        let owner = String::from_utf8_lossy(kv.value()).into_owned();
+        let ttl = if kv.lease() == 0 {
+            None
+        } else {
+            etcd.lease_time_to_live(kv.lease(), None)
+                .await
+                .ok()
+                .and_then(|r| u64::try_from(r.ttl()).ok())
+                .map(Duration::from_secs)
+        };
+        Some(Holder {
+            owner,
+            lease: kv.lease(),
+            mod_revision: kv.mod_revision(),
+            ttl,
+        })
     }
 
     /// Revokes `lease`; returns how long its holder may still believe it holds it: the lease's granted

@@ -36,6 +36,7 @@ impl Dispatcher {
             })
             .collect();
         let desired = assign(self.shards.count(), &live, &current);
+        let now = Instant::now();
         let mut claims = Vec::new();
         let mut revokes: HashMap<String, Vec<u32>> = HashMap::new();
         for (s, target) in desired.into_iter().enumerate() {
@@ -46,7 +47,11 @@ impl Dispatcher {
             }
             let target = target.to_string();
             match self.shards.state(s).clone() {
-                ShardState::Unowned => claims.push((s, target)),
+                ShardState::Unowned if self.claim_retry.may_claim(s, now) => {
+                    claims.push((s, target));
+                }
+                // Refused a moment ago: claimed again once its wait is over (`periodic`).
+                ShardState::Unowned => self.needs_rebalance = true,
                 ShardState::Owned(owner) if owner == target => {}
                 ShardState::Owned(owner) => {
                     self.shards.set_state(
@@ -95,6 +100,7 @@ impl Dispatcher {
                     from: None,
                     to,
                     lease,
+                    replace: self.leaseless.get(&shard).copied(),
                 })
             })
             .collect();
@@ -132,11 +138,17 @@ impl Dispatcher {
                 self.needs_rebalance = true;
                 continue;
             };
+            let replace = if from.is_none() {
+                self.leaseless.get(&s).copied()
+            } else {
+                None
+            };
             writes.push(ShardWrite {
                 shard: s,
                 from,
                 to,
                 lease,
+                replace,
             });
         }
         self.hand_off(writes);
@@ -165,6 +177,8 @@ impl Dispatcher {
         };
         match outcome {
             WriteOutcome::Written => {
+                self.claim_retry.written(s);
+                self.leaseless.remove(&s);
                 if w.from.is_some() {
                     self.ctx.metrics.shard_moves.inc();
                 }
@@ -181,12 +195,26 @@ impl Dispatcher {
                 // Not free after all (a claim), or the old owner's key vanished (a move): take etcd's
                 // word for who owns it, and rebalance from there. A key on a lease its owner no longer
                 // holds (an earlier incarnation's, or a fenced worker's kept shards) is nobody's to
-                // dispatch to: claims are tried again until it is gone.
+                // dispatch to: claims are tried again, once its lease can have ended (`ClaimRetry`).
+                // A key on no lease would never end: it is claimed over at once.
+                let now = Instant::now();
                 match current {
-                    Some((owner, lease)) if on_current_lease(self, &owner, lease) => {
-                        self.owned(s, owner)
+                    Some(h) if on_current_lease(self, &h.owner, h.lease) => {
+                        self.claim_retry.written(s);
+                        self.owned(s, h.owner);
                     }
-                    _ => self.shards.set_state(s, ShardState::Unowned),
+                    Some(h) if h.lease == 0 => {
+                        self.note_leaseless(s, h.mod_revision);
+                        self.shards.set_state(s, ShardState::Unowned);
+                    }
+                    Some(h) => {
+                        self.claim_retry.refused(s, now, h.ttl);
+                        self.shards.set_state(s, ShardState::Unowned);
+                    }
+                    None => {
+                        self.claim_retry.refused(s, now, None);
+                        self.shards.set_state(s, ShardState::Unowned);
+                    }
                 }
                 self.needs_rebalance = true;
             }
@@ -208,6 +236,14 @@ impl Dispatcher {
                     }
                 }
             },
+        }
+    }
+
+    /// Shard `s`'s etcd key carries no lease: no write of the fleet's makes one (a bad restore or a hand
+    /// edit did), and it would never expire, so the next claim of the shard replaces it.
+    pub(super) fn note_leaseless(&mut self, s: u32, mod_revision: i64) {
+        if self.leaseless.insert(s, mod_revision).is_none() {
+            self.ctx.metrics.bad("leaseless_shard_key");
         }
     }
 

@@ -301,7 +301,14 @@ impl Dispatcher {
             .filter_map(|w| w.lease_id.map(|l| (w.id.clone(), l)))
             .collect();
         for (worker, lease) in silent {
-            warn!(%worker, "worker silent beyond the reconnect grace; revoking its lease");
+            // Limited, not per worker: a thousand workers gone at once are one event.
+            if let Verdict::Log { suppressed } = self.ctx.metrics.log_limiter.check(
+                "fleet",
+                "silent_worker",
+                std::time::Instant::now(),
+            ) {
+                warn!(%worker, suppressed, "worker silent beyond the reconnect grace; revoking its lease");
+            }
             if let Some(w) = self.workers.get_mut(&worker) {
                 w.fenced_until = Some(now.checked_add(MAX_LEASE_TTL).unwrap_or(now));
                 self.access_dirty = true;
@@ -328,12 +335,23 @@ impl Dispatcher {
     /// An event of the registry watch, at etcd revision `revision`.
     pub(super) fn on_registry(&mut self, revision: i64, ev: RegistryEvent) {
         self.registry_revision = self.registry_revision.max(revision);
+        // A worker registering (again) may make a held shard key current: claim at once.
+        self.claim_retry.clear();
         self.apply_registration(ev);
     }
 
     /// A worker's registration appeared, changed or went.
     pub(super) fn apply_registration(&mut self, ev: RegistryEvent) {
         match ev {
+            RegistryEvent::Up {
+                id, lease_id: 0, ..
+            } => {
+                if let Verdict::Log { suppressed } =
+                    self.ctx.metrics.refused("etcd", "leaseless_worker_key")
+                {
+                    error!(worker = %id, suppressed, "a worker registration in etcd carries no lease; ignored");
+                }
+            }
             RegistryEvent::Up {
                 id,
                 lease_id,

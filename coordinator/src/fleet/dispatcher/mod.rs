@@ -29,10 +29,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::access::CacheAccess;
+use super::claim_retry::ClaimRetry;
 use super::expectations::{Expectations, Expected};
 use super::mapping::Routes;
 use super::messages::{ControllerSpec, Credit, Done, Hello, HelloRefused, Outcome, Primary};
 use super::owner_graph::OwnerGraph;
+use super::progress::{DispatchProgress, StallClock};
 use super::shards::{Parked, ShardState, ShardTable};
 use super::workers::{Connection, Outbound, WorkerState};
 use crate::config::CoordinatorConfig;
@@ -43,6 +45,7 @@ use crate::metrics::{ControllerLabel, FleetMetrics, OutcomeLabel, ReasonLabel};
 use crate::queue::{QueueMetricsFamilies, WorkQueue};
 use crate::shard::{WorkerWeight, assign, shard_of};
 
+mod assign_budget;
 mod controllers;
 mod etcd_work;
 mod handover;
@@ -152,6 +155,8 @@ pub struct TermContext {
     pub queue_metrics: QueueMetricsFamilies,
     /// Where this term publishes who may read the cache.
     pub access: CacheAccess,
+    /// Where this term publishes whether its dispatching is stalled (for `/readyz`).
+    pub progress: DispatchProgress,
 }
 
 /// What the dispatcher's decisions need of the process: no etcd (what it wants of etcd it queues as
@@ -165,6 +170,7 @@ pub(super) struct TermEnv {
     pub(super) metrics: FleetMetrics,
     pub(super) queue_metrics: QueueMetricsFamilies,
     pub(super) access: CacheAccess,
+    pub(super) progress: DispatchProgress,
 }
 
 /// No worker weighs more than this many times the median live worker in shard assignment, whatever it
@@ -257,6 +263,11 @@ struct Dispatcher {
     expectations: Expectations,
     outbox: HashMap<String, Vec<proto::Assign>>,
     pending_moves: BTreeSet<u32>,
+    /// When shards whose claims etcd refused may be claimed again.
+    claim_retry: ClaimRetry,
+    /// Shards whose etcd key carries no lease, with the key's mod revision: claimed over (see
+    /// `ShardWrite::replace`).
+    leaseless: HashMap<u32, i64>,
     /// Shards whose ownership write is with etcd: undispatchable, and left alone by rebalancing and
     /// worker loss until the result is back.
     committing: BTreeSet<u32>,
@@ -276,6 +287,8 @@ struct Dispatcher {
     /// Stops the owner graph's discovery when its last controller retires.
     discovery_stop: Option<CancellationToken>,
     next_unserved_retry: Instant,
+    /// When dispatching last made progress (see [`StallClock`]).
+    stall: StallClock,
 }
 
 impl Dispatcher {
@@ -299,6 +312,8 @@ impl Dispatcher {
             expectations: Expectations::default(),
             outbox: HashMap::new(),
             pending_moves: BTreeSet::new(),
+            claim_retry: ClaimRetry::default(),
+            leaseless: HashMap::new(),
             committing: BTreeSet::new(),
             etcd_work: Vec::new(),
             pending_hellos: HashMap::new(),
@@ -309,6 +324,7 @@ impl Dispatcher {
             retired: Vec::new(),
             discovery_stop: None,
             next_unserved_retry: Instant::now() + UNSERVED_RETRY,
+            stall: StallClock::new(ctx.config.dispatch_stall_timeout, Instant::now()),
             ctx,
         }
     }
@@ -345,17 +361,34 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Publishes who may read the cache: workers with a live lease that said Hello to this leader, and
-    /// every kind a controller declared (plus the owner graph's discovered kinds while it routes).
+    /// Publishes who may read the cache: workers with a live lease that said Hello to this leader, each
+    /// with the kinds its own accepted controllers declared (and, for a worker running an owner-graph
+    /// controller, every informed kind). Not the fleet's union: a controller one worker declares (say,
+    /// of Secrets) must not open its kinds to every other worker.
     pub(super) fn publish_access(&mut self) {
         self.access_dirty = false;
         let workers = self
             .workers
             .values()
             .filter(|w| w.handshaken)
-            .filter_map(|w| w.lease_id.map(|l| (w.id.clone(), l)))
+            .filter_map(|w| {
+                let lease = w.lease_id?;
+                let mut reads = super::access::WorkerReads {
+                    lease,
+                    ..Default::default()
+                };
+                // Its accepted controllers (a rejected spec never reaches `concurrency`); one retired
+                // meanwhile declares nothing any more.
+                for name in w.concurrency.keys() {
+                    if let Some(state) = self.controllers.get(name) {
+                        reads.kinds.extend(state.spec.kinds());
+                        reads.owner_graph |= state.spec.primary == Primary::OwnerGraph;
+                    }
+                }
+                Some((w.id.clone(), reads))
+            })
             .collect();
-        self.ctx.access.publish(workers, self.declared_kinds());
+        self.ctx.access.publish(workers);
     }
 
     /// A command from the gRPC services.

@@ -1,6 +1,7 @@
 //! Items: keys from the queues to the owners of their shards within credits, Done and read-your-writes
 //! holds, items taken back, and the timers (delays, resyncs, the periodic checks).
 
+use super::assign_budget::{self, Fit};
 use super::controllers::primary_keys;
 use super::trace_spans;
 use super::*;
@@ -28,6 +29,7 @@ impl Dispatcher {
         let Some(item) = self.items.remove(&id) else {
             return;
         };
+        self.stall.progressed(Instant::now());
         self.release(&item, id);
         if d.outcome == Outcome::Error {
             debug!(controller = %item.controller, key = %item.key, error = %d.error, "reconcile failed; retrying with backoff");
@@ -276,6 +278,48 @@ impl Dispatcher {
             )
         };
         let (object, prefetched) = self.payload(&state.spec, &key);
+        let mut assign = proto::Assign {
+            item_id,
+            term: self.term,
+            controller: controller.clone(),
+            key: key.clone(),
+            shard,
+            attempt,
+            object,
+            prefetched,
+            traceparent,
+            reason,
+            trace_links,
+            prefetch_from_cache: Vec::new(),
+        };
+        let fit = assign_budget::fit(
+            &mut assign,
+            &state.spec.primary,
+            &state.spec.prefetch_owned,
+            self.ctx.config.dispatch_batch_bytes,
+        );
+        if fit != Fit::Whole
+            && let Verdict::Log { suppressed } = self.ctx.metrics.refused(worker, fit.reason())
+        {
+            warn!(
+                controller,
+                key,
+                bytes = assign.encoded_len(),
+                budget = self.ctx.config.dispatch_batch_bytes,
+                lightened = ?fit,
+                suppressed,
+                "an item passes the dispatch budget (--dispatch-batch-bytes)"
+            );
+        }
+        if fit == Fit::TooLarge {
+            // Never sent, never dropped: the key runs again after the rate limiter's backoff, when the
+            // objects may have shrunk.
+            if let Some(state) = self.controllers.get_mut(&controller) {
+                state.queue.done(&key);
+                state.queue.add_rate_limited_because(key, Reason::Retry);
+            }
+            return;
+        }
         let Some(w) = self.workers.get_mut(worker) else {
             return;
         };
@@ -288,19 +332,7 @@ impl Dispatcher {
         self.outbox
             .entry(worker.to_owned())
             .or_default()
-            .push(proto::Assign {
-                item_id,
-                term: self.term,
-                controller: controller.clone(),
-                key: key.clone(),
-                shard,
-                attempt,
-                object,
-                prefetched,
-                traceparent,
-                reason,
-                trace_links,
-            });
+            .push(assign);
         self.items.insert(
             (self.term, item_id),
             Item {
@@ -355,13 +387,16 @@ impl Dispatcher {
     }
 
     pub(super) fn flush(&mut self) {
+        let budget = self.ctx.config.dispatch_batch_bytes;
         for (worker, items) in self.outbox.drain() {
             if let Some(w) = self.workers.get(&worker) {
                 // A failed send means the stream just broke: the items stay held by the worker until it
                 // reports them in its next Hello or its lease expires.
-                w.send(proto::coordinator_message::Msg::Assign(
-                    proto::AssignBatch { items },
-                ));
+                for items in assign_budget::batches(items, budget) {
+                    w.send(proto::coordinator_message::Msg::Assign(
+                        proto::AssignBatch { items },
+                    ));
+                }
             }
         }
     }
@@ -377,6 +412,38 @@ impl Dispatcher {
         let now = Instant::now();
         for state in self.controllers.values_mut() {
             state.queue.promote_due(now);
+        }
+    }
+
+    /// Publishes whether dispatching is stalled (see `StallClock`), logging when that changes.
+    fn check_progress(&mut self, now: Instant) {
+        let queued: usize = self
+            .controllers
+            .values()
+            .filter(|c| c.synced)
+            .map(|c| c.queue.len())
+            .sum();
+        let waiting = queued
+            + self.shards.parked_len()
+            + self
+                .workers
+                .values()
+                .map(WorkerState::backlog_len)
+                .sum::<usize>();
+        let stalled = self.stall.stalled(waiting, now);
+        if stalled != self.ctx.progress.is_stalled() {
+            if stalled {
+                error!(
+                    waiting,
+                    live_workers = self.workers.values().filter(|w| w.is_dispatchable()).count(),
+                    claims_waiting = self.claim_retry.len(),
+                    bound = ?self.ctx.config.dispatch_stall_timeout,
+                    "keys wait and no item has finished within the bound; not ready"
+                );
+            } else {
+                info!("dispatching makes progress again");
+            }
+            self.ctx.progress.set_stalled(stalled);
         }
     }
 
@@ -406,6 +473,7 @@ impl Dispatcher {
             }
         }
         self.publish_worker_gauges();
+        self.check_progress(now);
         let expired = self.expectations.expire(now);
         if !expired.is_empty() {
             self.ctx.metrics.ryw_expired.inc_by(expired.len() as u64);

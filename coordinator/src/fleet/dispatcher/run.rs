@@ -40,6 +40,7 @@ async fn run(
         metrics,
         queue_metrics,
         access,
+        progress,
     } = ctx;
     let keys = config.etcd.fleet_keys(&config.fleet);
     let (discovered_tx, mut discovered) = mpsc::channel(DISCOVERY_CAPACITY);
@@ -61,6 +62,7 @@ async fn run(
         metrics,
         queue_metrics,
         access,
+        progress,
     };
     let mut d = Dispatcher::new(env, discovered_tx);
     let _tasks_guard = d.term_tasks.clone().drop_guard();

@@ -105,11 +105,13 @@ impl Auth {
     ///
     /// # Errors
     /// The refusal to send, as a Status.
-    pub async fn admit(&self, st: &ApiState, req: Request) -> Result<Admitted, ApiError> {
+    pub async fn admit(&self, st: &ApiState, mut req: Request) -> Result<Admitted, ApiError> {
         let user = match self.tokens.authenticate(st, req.headers()).await {
             Authenticated::User(user) => user,
             Authenticated::Unauthorized => return Err(unauthorized()),
         };
+        // The storage layer needs the user too: RBAC objects are checked for escalation there.
+        req.extensions_mut().insert(user.clone());
         let query = Query::parse(req.uri().query());
         let attrs = Attributes::of(req.method(), req.uri().path(), &query);
         let verdict = self.check(st, &user, &attrs).await?;

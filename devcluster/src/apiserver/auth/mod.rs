@@ -10,6 +10,8 @@
 //! * `attributes` — an HTTP request as upstream's `RequestInfoFactory` sees it (verb, group, resource,
 //!   subresource, namespace, name, or a non-resource path).
 //! * `rbac` — upstream's RBAC authorizer over the stored Roles, ClusterRoles and bindings.
+//! * `escalation` — upstream's RBAC escalation prevention: writing a role or binding that grants
+//!   more than the writer holds needs `escalate` / `bind` (`policy_rules` compares the rules).
 //! * `owner_references` — upstream's `OwnerReferencesPermissionEnforcement` admission, which is why a
 //!   controller needs `update` on `<owners>/finalizers`.
 //! * `bootstrap` — the default ClusterRoles and bindings upstream creates (`cluster-admin`,
@@ -37,8 +39,10 @@
 mod attributes;
 mod bootstrap;
 mod decisions;
+mod escalation;
 mod gate;
 mod owner_references;
+mod policy_rules;
 mod rbac;
 mod responses;
 mod token_file;
@@ -51,6 +55,7 @@ use std::path::PathBuf;
 pub use attributes::Attributes;
 pub use bootstrap::bootstrap_policy;
 pub use decisions::{Decision, RuleRef};
+pub use escalation::admit_rbac_write;
 pub use gate::{Admitted, Auth};
 pub use user::UserInfo;
 

@@ -62,6 +62,113 @@ pub async fn authorize(
     Ok(evaluate(user, attrs, &bindings, &cluster_roles, &roles))
 }
 
+/// What upstream's rule resolver (`RulesFor`) finds for a user in a namespace: every rule bound to
+/// them, and why some bindings gave none.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BoundRules {
+    /// The rules of every role bound to the user (ClusterRoleBindings, then the namespace's
+    /// RoleBindings), as stored.
+    pub rules: Vec<Value>,
+    /// For each binding whose role could not be read, upstream's error
+    /// (`roles.rbac.authorization.k8s.io "x" not found`).
+    pub errors: Vec<String>,
+}
+
+/// Every rule bound to `user` in `namespace` ("" for the cluster scope: ClusterRoleBindings only).
+///
+/// # Errors
+/// etcd failures (500).
+pub async fn rules_for(
+    st: &ApiState,
+    user: &UserInfo,
+    namespace: &str,
+) -> Result<BoundRules, ApiError> {
+    let read = |prefix: String| async move {
+        st.storage
+            .list(&prefix, None, None)
+            .await
+            .map(|page| page.items.into_iter().map(|s| s.value).collect::<Vec<_>>())
+            .map_err(|e| ApiError::internal(e.to_string()))
+    };
+    let cluster_roles = by_name(read("/registry/clusterroles/".into()).await?);
+    let mut bindings = read("/registry/clusterrolebindings/".into()).await?;
+    let mut roles = HashMap::new();
+    if !namespace.is_empty() {
+        bindings.extend(read(format!("/registry/rolebindings/{namespace}/")).await?);
+        roles = by_name(read(format!("/registry/roles/{namespace}/")).await?);
+    }
+    let mut bound = BoundRules::default();
+    for binding in &bindings {
+        let binding_ns = binding["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default();
+        let subjects = binding["subjects"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if !subjects.iter().any(|s| applies_to(s, user, binding_ns)) {
+            continue;
+        }
+        match referenced_rules(&binding["roleRef"], binding_ns, &cluster_roles, &roles) {
+            Ok(rules) => bound.rules.extend(rules),
+            Err(e) => bound.errors.push(e),
+        }
+    }
+    Ok(bound)
+}
+
+/// The rules of the role a binding in `namespace` ("" for a ClusterRoleBinding) refers to (upstream's
+/// `GetRoleReferenceRules`), or upstream's error when there is no such role.
+///
+/// # Errors
+/// etcd failures (500).
+pub async fn role_reference_rules(
+    st: &ApiState,
+    role_ref: &Value,
+    namespace: &str,
+) -> Result<Result<Vec<Value>, String>, ApiError> {
+    let name = role_ref["name"].as_str().unwrap_or_default();
+    let key = match role_ref["kind"].as_str().unwrap_or_default() {
+        "ClusterRole" => format!("/registry/clusterroles/{name}"),
+        "Role" => format!("/registry/roles/{namespace}/{name}"),
+        _ => String::new(),
+    };
+    let mut found = HashMap::new();
+    if !key.is_empty()
+        && let Some(role) = st
+            .storage
+            .get(&key)
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+    {
+        found.insert(name.to_owned(), role.value);
+    }
+    Ok(referenced_rules(role_ref, namespace, &found, &found))
+}
+
+/// The rules of the role `role_ref` names, looked up in `cluster_roles` or the namespace's `roles`.
+/// Errors read like upstream's registry errors (plural resource), not its authorizer's.
+fn referenced_rules(
+    role_ref: &Value,
+    namespace: &str,
+    cluster_roles: &HashMap<String, Value>,
+    roles: &HashMap<String, Value>,
+) -> Result<Vec<Value>, String> {
+    let name = role_ref["name"].as_str().unwrap_or_default();
+    let (role, resource) = match role_ref["kind"].as_str().unwrap_or_default() {
+        "ClusterRole" => (cluster_roles.get(name), "clusterroles"),
+        "Role" if !namespace.is_empty() => (roles.get(name), "roles"),
+        "Role" => (None, "roles"),
+        other => return Err(format!("unsupported role reference kind: \"{other}\"")),
+    };
+    match role {
+        Some(role) => Ok(role["rules"].as_array().cloned().unwrap_or_default()),
+        None => Err(format!(
+            "{resource}.rbac.authorization.k8s.io \"{name}\" not found"
+        )),
+    }
+}
+
 fn by_name(objects: Vec<Value>) -> HashMap<String, Value> {
     objects
         .into_iter()

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use tokio::time::Instant;
 
 use super::super::etcd_work::{
-    EtcdDone, EtcdWork, RegistrationRead, ShardWrite, TermStart, WriteOutcome,
+    EtcdDone, EtcdWork, Holder, RegistrationRead, ShardWrite, TermStart, WriteOutcome,
 };
 use super::super::membership::RegistryEvent;
 use super::Duration;
@@ -32,6 +32,8 @@ pub(in super::super) struct Etcd {
     pub(in super::super) pending: VecDeque<EtcdWork>,
     /// While set, etcd answers nothing and its watch delivers nothing: work and events wait.
     pub(in super::super) stalled: bool,
+    /// Shard writes refused so far.
+    pub(in super::super) refused_writes: usize,
 }
 
 impl Etcd {
@@ -109,7 +111,7 @@ impl Etcd {
             shards: self
                 .shards
                 .iter()
-                .map(|(s, (owner, lease))| (*s, owner.clone(), *lease))
+                .map(|(s, (owner, lease))| (*s, owner.clone(), *lease, 0))
                 .collect(),
             specs: self
                 .specs
@@ -167,12 +169,27 @@ impl Etcd {
 
     fn write(&mut self, w: &ShardWrite) -> WriteOutcome {
         let current = self.shards.get(&w.shard).cloned();
-        let guard = match &w.from {
-            None => current.is_none(),
-            Some(from) => current.as_ref().map(|(owner, _)| owner) == Some(from),
+        let guard = match (&w.from, w.replace) {
+            (None, None) => current.is_none(),
+            // This etcd keeps no mod revisions: a replace stands for "still lease-less".
+            (None, Some(_)) => current.as_ref().is_some_and(|(_, lease)| *lease == 0),
+            (Some(from), _) => current.as_ref().map(|(owner, _)| owner) == Some(from),
         };
         if !guard {
-            return WriteOutcome::Refused { current };
+            self.refused_writes += 1;
+            // As etcd reports it: the time left of a lease nobody renews; a renewed one's is unknown here.
+            let now = Instant::now();
+            return WriteOutcome::Refused {
+                current: current.map(|(owner, lease)| Holder {
+                    owner,
+                    lease,
+                    mod_revision: 0,
+                    ttl: self
+                        .expiring
+                        .get(&lease)
+                        .map(|at| at.saturating_duration_since(now)),
+                }),
+            };
         }
         if !self.leases.contains(&w.lease) {
             // etcd refuses a put on a lease it does not know: the transaction fails.

@@ -5,6 +5,7 @@
 //! Every Assign a worker receives is checked against every other worker's running items: a key at two
 //! workers fails the test at that step.
 
+mod debris;
 mod etcd;
 mod exclusivity;
 mod failover;
@@ -174,6 +175,7 @@ impl Fleet {
             metrics: FleetMetrics::register(&mut registry),
             queue_metrics: QueueMetricsFamilies::register(&mut registry),
             access: CacheAccess::default(),
+            progress: super::DispatchProgress::default(),
         };
         let (discovered_tx, _) = mpsc::channel(1);
         let mut d = Dispatcher::new(env, discovered_tx);

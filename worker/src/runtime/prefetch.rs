@@ -1,0 +1,135 @@
+//! Related objects an item came without: when the leader's dispatch budget left an item's prefetched
+//! objects out (they were too large to ship), the worker reads them through the Cache service — the
+//! objects of each named kind owned by the primary object, as the leader would have sent them — before
+//! the reconcile starts, so the controller sees the same `Context` either way.
+
+use bytes::Bytes;
+use flotilla_common::ResourceKind;
+use flotilla_sdk::{CacheClient, CacheError, CacheQuery};
+
+/// Errors of reading left-out related objects; the item fails and is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PrefetchError {
+    /// The primary object has no uid to look its owned objects up by.
+    #[error("the item's object has no metadata.uid to read its related objects by")]
+    NoUid,
+    /// The Cache service did not answer.
+    #[error("cannot read related {kind} through the cache")]
+    Cache {
+        kind: String,
+        #[source]
+        source: CacheError,
+    },
+}
+
+/// `prefetched` plus, for each of `kinds`, the cached objects of that kind owned by `object`.
+///
+/// # Errors
+/// [`PrefetchError`] when `object` carries no uid or a Cache read fails.
+pub(crate) async fn complete(
+    cache: CacheClient,
+    object: Bytes,
+    mut prefetched: Vec<(ResourceKind, Bytes)>,
+    kinds: Vec<ResourceKind>,
+) -> Result<Vec<(ResourceKind, Bytes)>, PrefetchError> {
+    if kinds.is_empty() {
+        return Ok(prefetched);
+    }
+    let uid = uid_of(&object).ok_or(PrefetchError::NoUid)?;
+    let query = CacheQuery::all().owned_by(&uid);
+    for kind in kinds {
+        let objects =
+            cache
+                .list_json(&kind, &query)
+                .await
+                .map_err(|source| PrefetchError::Cache {
+                    kind: kind.plural.clone(),
+                    source,
+                })?;
+        prefetched.extend(objects.into_iter().map(|o| (kind.clone(), o)));
+    }
+    Ok(prefetched)
+}
+
+fn uid_of(object: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        uid: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Object {
+        metadata: Meta,
+    }
+    serde_json::from_slice::<Object>(object)
+        .ok()
+        .map(|o| o.metadata.uid)
+        .filter(|uid| !uid.is_empty())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use flotilla_sdk::MemoryCache;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    use super::*;
+
+    fn pod(name: &str, owner: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("a".into()),
+                uid: Some(format!("u-{name}")),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: "ReplicaSet".into(),
+                    name: owner.into(),
+                    uid: owner.into(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn left_out_objects_are_read_by_owner_from_the_cache() {
+        let memory = MemoryCache::default()
+            .with(&pod("a", "rs-1"))
+            .with(&pod("b", "rs-1"))
+            .with(&pod("c", "rs-2"));
+        let cache = CacheClient::new(Some(Arc::new(memory)));
+        let kind = flotilla_sdk::kind_of::<Pod>();
+        let object = Bytes::from_static(br#"{"metadata":{"name":"rs","uid":"rs-1"}}"#);
+        let got = complete(cache, object, Vec::new(), vec![kind])
+            .await
+            .unwrap();
+        let mut names: Vec<String> = got
+            .iter()
+            .map(|(_, json)| {
+                serde_json::from_slice::<Pod>(json)
+                    .unwrap()
+                    .metadata
+                    .name
+                    .unwrap()
+            })
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn an_object_without_a_uid_fails_the_item_rather_than_reading_nothing() {
+        let cache = CacheClient::new(Some(Arc::new(MemoryCache::default())));
+        let kind = flotilla_sdk::kind_of::<Pod>();
+        let err = complete(cache, Bytes::new(), Vec::new(), vec![kind])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PrefetchError::NoUid));
+    }
+}
