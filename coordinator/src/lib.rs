@@ -19,7 +19,9 @@ mod metrics;
 mod queue;
 mod shard;
 
-pub use cache_service::{AccessSource, CacheListLimits, CacheService, HoldUntilSent, cache_service};
+pub use cache_service::{
+    AccessSource, CacheListLimits, CacheService, HoldUntilSent, cache_service,
+};
 pub use config::{ConfigError, CoordinatorConfig, default_identity};
 pub use coordinator::{Coordinator, CoordinatorError};
 pub use fleet::{AccessDenied, CacheAccess, WorkerReads};

@@ -76,6 +76,7 @@ impl Worker {
         let metrics = Metrics::register(&mut registry);
         flotilla_common::register_process_metrics(&mut registry);
         flotilla_common::register_session_metrics(&mut registry);
+        flotilla_common::tls::register_tls_metrics(&mut registry);
         let events = TokenBucket::new(config.kube_api_qps, config.kube_api_burst)
             .observed(metrics.rate_limiter_wait("events"));
         let kube = KubeStack::new(
