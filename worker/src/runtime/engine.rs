@@ -111,35 +111,30 @@ pub(crate) async fn run(shared: Arc<Shared>, etcd: etcd_client::Client, stops: S
         .collect();
     let mut ledger = Ledger::new(concurrency);
     let mut leader: Option<Leadership> = None;
+    let record = RegistrationRecord::of(&shared);
     loop {
-        let Some(session) = start_session(&shared, &etcd, &stops).await else {
+        let Some(session) = start_session(&record, &shared, &etcd, &stops).await else {
             return;
         };
         let lease = session.lease_id();
         info!(lease = format_args!("{lease:x}"), "registered");
+        let span = info_span!("session", lease = format_args!("{lease:x}"));
+        // The registration is kept while the session runs, and stopped before a graceful shutdown
+        // revokes the lease (which deletes the key) or the lease is lost.
+        let keeper = session.lost().child_token();
+        let metrics = shared.metrics.clone();
+        tokio::spawn(
+            record
+                .clone()
+                .keep(session.client().clone(), lease, keeper.clone(), move || {
+                    metrics.registration_rewritten()
+                })
+                .instrument(span.clone()),
+        );
         let run = SessionRun::new(&shared, &session, &stops, &mut ledger, &mut leader);
-        let registration = RegistrationRecord::of(&shared).map(|record| {
-            let metrics = shared.metrics.clone();
-            record.keep(&session, stops.kill.child_token(), move || {
-                metrics.registration_rewritten()
-            })
-        });
-        let run = async {
-            let Ok(registration) = registration else {
-                return run.run(&mut leaders).await;
-            };
-            // The registration is kept only while the session runs: stopped before a graceful
-            // shutdown revokes the lease (which deletes the key).
-            tokio::select! {
-                biased;
-                end = run.run(&mut leaders) => end,
-                () = registration => std::future::pending().await,
-            }
-        };
-        match run
-            .instrument(info_span!("session", lease = format_args!("{lease:x}")))
-            .await
-        {
+        let end = run.run(&mut leaders).instrument(span).await;
+        keeper.cancel();
+        match end {
             End::Lost => {
                 warn!("lease lost: cancelled every reconcile; starting a new session");
                 drop(session);
@@ -156,6 +151,7 @@ pub(crate) async fn run(shared: Arc<Shared>, etcd: etcd_client::Client, stops: S
 
 /// Starts a session and registers the worker on its lease, retrying until it works or the worker stops.
 async fn start_session(
+    record: &RegistrationRecord,
     shared: &Shared,
     etcd: &etcd_client::Client,
     stops: &Stops,
@@ -165,9 +161,7 @@ async fn start_session(
             let session = Session::start(etcd.clone(), shared.config.session)
                 .await
                 .map_err(anyhow::Error::from)?;
-            RegistrationRecord::of(shared)?
-                .put(session.client(), session.lease_id())
-                .await?;
+            record.put(session.client(), session.lease_id()).await?;
             anyhow::Ok(session)
         };
         let result = tokio::select! {

@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::engine::Shared;
-use flotilla_common::Session;
 
 /// Pause before watching again after the watch failed or ended.
 const REWATCH: Duration = Duration::from_secs(1);
@@ -34,10 +33,7 @@ pub(crate) struct RegistrationRecord {
 
 impl RegistrationRecord {
     /// The record of the worker `shared` describes.
-    ///
-    /// # Errors
-    /// The value cannot be encoded (it always can).
-    pub(crate) fn of(shared: &Shared) -> serde_json::Result<Self> {
+    pub(crate) fn of(shared: &Shared) -> Self {
         let mut names: Vec<&str> = shared.controllers.keys().map(String::as_str).collect();
         names.sort_unstable();
         let capacity = shared
@@ -45,15 +41,17 @@ impl RegistrationRecord {
             .values()
             .map(|c| c.controller.concurrency_limit())
             .sum();
+        // A struct of strings and a number always encodes.
         let value = serde_json::to_vec(&Registration {
             id: &shared.worker_id,
             capacity,
             controllers: names,
-        })?;
-        Ok(Self {
+        })
+        .unwrap_or_default();
+        Self {
             key: shared.keys.worker(&shared.worker_id),
             value,
-        })
+        }
     }
 
     /// Writes the registration on `lease`.
@@ -68,24 +66,23 @@ impl RegistrationRecord {
         Ok(())
     }
 
-    /// Keeps the registration in etcd for `session`'s life: watches the key and writes it again when it
-    /// is deleted (or found missing after a watch restarts). Ends when `stop` is cancelled or the
-    /// session is lost. `rewritten` is told of each write it had to make.
+    /// Keeps the registration in etcd on `lease` until `stop` is cancelled: watches the key and writes
+    /// it again when it is deleted (or found missing after a watch restarts). `rewritten` is told of
+    /// each write it had to make.
     pub(crate) async fn keep(
         self,
-        session: &Session,
+        etcd: Client,
+        lease: i64,
         stop: CancellationToken,
         rewritten: impl Fn() + Send,
     ) {
-        let lost = session.lost();
-        let lease = session.lease_id();
         loop {
             let kept = async {
-                let mut etcd = session.client().clone();
-                let mut events = etcd.watch(self.key.as_str(), None).await?;
+                let mut watcher = etcd.clone();
+                let mut events = watcher.watch(self.key.as_str(), None).await?;
                 // A delete between the last write and this watch would be missed: look once.
-                if etcd.get(self.key.as_str(), None).await?.kvs().is_empty() {
-                    self.rewrite(session.client(), lease, &rewritten).await?;
+                if watcher.get(self.key.as_str(), None).await?.kvs().is_empty() {
+                    self.rewrite(&etcd, lease, &rewritten).await?;
                 }
                 while let Some(resp) = events.message().await? {
                     if resp.canceled() {
@@ -96,7 +93,7 @@ impl RegistrationRecord {
                         .iter()
                         .any(|e| e.event_type() == EventType::Delete);
                     if deleted {
-                        self.rewrite(session.client(), lease, &rewritten).await?;
+                        self.rewrite(&etcd, lease, &rewritten).await?;
                     }
                 }
                 Ok::<(), etcd_client::Error>(())
@@ -104,7 +101,6 @@ impl RegistrationRecord {
             tokio::select! {
                 biased;
                 () = stop.cancelled() => return,
-                () = lost.cancelled() => return,
                 result = kept => if let Err(err) = result {
                     debug!(error = %err, "registration watch failed; watching again");
                 },
@@ -112,7 +108,6 @@ impl RegistrationRecord {
             tokio::select! {
                 biased;
                 () = stop.cancelled() => return,
-                () = lost.cancelled() => return,
                 () = tokio::time::sleep(REWATCH) => {}
             }
         }

@@ -177,12 +177,7 @@ impl Dispatcher {
                 }
             }
         }
-        let backlog = self
-            .workers
-            .values()
-            .map(WorkerState::backlog_len)
-            .sum::<usize>()
-            + self.shards.parked_len();
+        let backlog = self.backlog_len();
         self.ctx
             .metrics
             .backlog
@@ -415,6 +410,15 @@ impl Dispatcher {
         }
     }
 
+    /// Keys routed but not sent: in workers' backlogs, or parked on shards without a dispatchable owner.
+    fn backlog_len(&self) -> usize {
+        self.workers
+            .values()
+            .map(WorkerState::backlog_len)
+            .sum::<usize>()
+            + self.shards.parked_len()
+    }
+
     /// Publishes whether dispatching is stalled (see `StallClock`), logging when that changes.
     fn check_progress(&mut self, now: Instant) {
         let queued: usize = self
@@ -423,13 +427,7 @@ impl Dispatcher {
             .filter(|c| c.synced)
             .map(|c| c.queue.len())
             .sum();
-        let waiting = queued
-            + self.shards.parked_len()
-            + self
-                .workers
-                .values()
-                .map(WorkerState::backlog_len)
-                .sum::<usize>();
+        let waiting = queued + self.backlog_len();
         let stalled = self.stall.stalled(waiting, now);
         if stalled != self.ctx.progress.is_stalled() {
             if stalled {
