@@ -82,15 +82,22 @@ async fn a_term_starts_with_more_than_the_etcd_clients_4_mib_under_the_fleets_pr
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn shard_keys_without_a_lease_are_claimed_over_and_the_leader_reconciles() {
+async fn shard_keys_and_registrations_without_a_lease_are_claimed_over_or_ignored_in_one_line_each()
+{
     let cluster = TestCluster::start().await;
     let client = cluster.client();
     let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
     let keys = FleetKeys::new(&fleet.name);
     let mut etcd = connect_etcd(&cluster.etcd_endpoints()).await.unwrap();
-    // What a bad restore leaves: every shard owned, on no lease, by a worker that does not exist.
+    // What a bad restore leaves: every shard owned, on no lease, by a worker that does not exist, and
+    // registrations on no lease.
     for s in 0..SHARDS {
         etcd.put(keys.shard(s), "ghost", None).await.unwrap();
+    }
+    for i in 0..50 {
+        let id = format!("ghost-{i}");
+        let value = format!(r#"{{"id":"{id}","capacity":1}}"#);
+        etcd.put(keys.worker(&id), value, None).await.unwrap();
     }
     let journal = fleet.dir().join("journal.jsonl");
     let coordinator = fleet.coordinator("c0", &[]);
@@ -111,6 +118,19 @@ async fn shard_keys_without_a_lease_are_claimed_over_and_the_leader_reconciles()
             r#"flotilla_bad_input_total{reason="leaseless_shard_key"}"#
         ),
         f64::from(SHARDS)
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"flotilla_bad_input_total{reason="leaseless_worker_key"}"#
+        ),
+        50.0
+    );
+    let log = coordinator.log_text();
+    assert_eq!(
+        log.matches("carry no lease").count(),
+        2,
+        "one line for the shard keys and one for the registrations, not one per key:\n{log}"
     );
     let owner = etcd.get(keys.shard(0), None).await.unwrap();
     let kv = &owner.kvs()[0];
