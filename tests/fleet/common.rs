@@ -140,6 +140,12 @@ pub async fn journal_fleet(
     coordinator_flags: &[&str],
 ) -> JournalFleet {
     let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    start_journal_fleet(fleet, coordinator_flags).await
+}
+
+/// Starts a [`JournalFleet`] as [`journal_fleet`] does, on a `fleet` made (and its etcd keys perhaps
+/// seeded) beforehand.
+pub async fn start_journal_fleet(fleet: Fleet, coordinator_flags: &[&str]) -> JournalFleet {
     let journal = fleet.dir().join("journal.jsonl");
     let coordinator = fleet.coordinator("c0", coordinator_flags);
     let worker = journal_worker(&fleet, "w0", &journal, 5, 10);

@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-use super::common::{JOURNAL_LABEL, JournalFleet, journal_fleet, journal_worker, reconciled};
+use super::common::{
+    JOURNAL_LABEL, JournalFleet, journal_fleet, journal_worker, reconciled, start_journal_fleet,
+};
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::{Fleet, metric};
 use crate::support::namespace::unique_namespace;
@@ -61,10 +63,13 @@ async fn a_term_starts_with_more_than_the_etcd_clients_4_mib_under_the_fleets_pr
         .await
         .unwrap();
     }
-    let journal = fleet.dir().join("journal.jsonl");
-    let coordinator = fleet.coordinator("c0", &[]);
-    let _worker = journal_worker(&fleet, "w0", &journal, 5, 10);
-    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
+    let JournalFleet {
+        fleet: _fleet,
+        journal: _journal,
+        coordinator,
+        worker: _worker,
+        ..
+    } = start_journal_fleet(fleet, &[]).await;
     let text = coordinator.metrics_text().await;
     assert_eq!(
         metric(
@@ -99,10 +104,13 @@ async fn shard_keys_and_registrations_without_a_lease_are_claimed_over_or_ignore
         let value = format!(r#"{{"id":"{id}","capacity":1}}"#);
         etcd.put(keys.worker(&id), value, None).await.unwrap();
     }
-    let journal = fleet.dir().join("journal.jsonl");
-    let coordinator = fleet.coordinator("c0", &[]);
-    let _worker = journal_worker(&fleet, "w0", &journal, 5, 10);
-    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
+    let JournalFleet {
+        fleet: _fleet,
+        journal,
+        coordinator,
+        worker: _worker,
+        ..
+    } = start_journal_fleet(fleet, &[]).await;
     let ns = unique_namespace(&client, "leaseless").await;
     journal_configmap(&client, &ns, "after-restore").await;
     reconciled(
@@ -151,10 +159,13 @@ async fn a_lease_less_key_at_the_head_of_the_election_is_cleared_and_a_leader_el
     )
     .await
     .unwrap();
-    let journal = fleet.dir().join("journal.jsonl");
-    let coordinator = fleet.coordinator("c0", &[]);
-    let _worker = journal_worker(&fleet, "w0", &journal, 5, 10);
-    fleet.wait_for_workers(1, Duration::from_secs(60)).await;
+    let JournalFleet {
+        fleet: _fleet,
+        journal: _journal,
+        coordinator,
+        worker: _worker,
+        ..
+    } = start_journal_fleet(fleet, &[]).await;
     let text = coordinator.metrics_text().await;
     assert_eq!(
         metric(
