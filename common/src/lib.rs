@@ -6,6 +6,7 @@
 mod api_verb;
 mod duration;
 mod etcd;
+mod flapping;
 mod keys;
 mod kubeconfig;
 mod log_limiter;
@@ -27,6 +28,7 @@ pub use etcd::{
     EtcdFlags, EtcdOptionsError, LeaderInfo, Leadership, Session, SessionConfig, SessionError,
     connect_etcd, get_prefix_paged, register_session_metrics,
 };
+pub use flapping::Flapping;
 pub use keys::FleetKeys;
 pub use kubeconfig::{KubeConfigError, counted_kube_client, kube_client, kube_config};
 pub use log_limiter::{LogLimiter, Verdict};

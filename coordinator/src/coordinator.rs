@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_common::{
-    Election, Health, LeaderInfo, OpsServer, Session, SessionConfig, counted_kube_client,
+    Election, Flapping, Health, LeaderInfo, OpsServer, Session, SessionConfig, counted_kube_client,
     get_prefix_paged,
 };
 use parking_lot::Mutex;
@@ -309,6 +309,9 @@ impl Process {
             self.slot.clone(),
             stop.clone(),
         ));
+        // Terms that ended on an error or a panic: a leader whose every term fails at its start is
+        // elected again and again, and would look ready between terms.
+        let mut failed_terms = Flapping::new(FAILED_TERMS_WINDOW, FAILED_TERMS_NOT_READY);
         while !stop.is_cancelled() {
             // A lease that takes longer than the renew deadline to grant could not be kept anyway; and
             // a grant sent while etcd restarts may hang for the client's whole request timeout.
@@ -348,6 +351,7 @@ impl Process {
                 self.slot.clone(),
                 self.health.clone(),
                 self.config.dispatch_stall_timeout,
+                failed_terms.recent(tokio::time::Instant::now()),
             ));
             let elected = tokio::select! {
                 biased;
@@ -434,6 +438,9 @@ impl Process {
                 .terms_ended
                 .get_or_create(&ReasonLabel { reason: why.into() })
                 .inc();
+            if matches!(why, "error" | "panic") {
+                failed_terms.failed(tokio::time::Instant::now());
+            }
             // Stop dispatching before anyone else can lead: clear the slot, end the term, then resign.
             self.slot.set_term(None);
             self.health.set_ready(false, "stepping down");
@@ -613,11 +620,27 @@ async fn observe_leader(election: Election, slot: LeaderSlot, stop: Cancellation
     }
 }
 
+/// Terms ending in errors within this window count towards [`FAILED_TERMS_NOT_READY`].
+const FAILED_TERMS_WINDOW: Duration = Duration::from_secs(60);
+/// This many terms ending in errors within [`FAILED_TERMS_WINDOW`] keep a campaigning coordinator not
+/// ready until one of its terms runs: one failure is an etcd hiccup, three are a loop.
+const FAILED_TERMS_NOT_READY: usize = 3;
+
 /// A follower is ready while a leader is known, or has been missing for no longer than `bound`: a
-/// coordinator that campaigns and never sees anyone lead (an election that cannot complete) is not.
-async fn follower_readiness(slot: LeaderSlot, health: Health, bound: Duration) {
+/// coordinator that campaigns and never sees anyone lead (an election that cannot complete) is not, nor
+/// one whose own terms keep failing (`failed_terms` within the last minute).
+async fn follower_readiness(
+    slot: LeaderSlot,
+    health: Health,
+    bound: Duration,
+    failed_terms: usize,
+) {
     loop {
         match slot.leaderless_for() {
+            _ if failed_terms >= FAILED_TERMS_NOT_READY => health.set_ready(
+                false,
+                &format!("following; {failed_terms} terms of this coordinator ended in errors within a minute"),
+            ),
             Some(missing) if missing > bound => health.set_ready(
                 false,
                 &format!("following; no leader for {}s", missing.as_secs()),

@@ -4,50 +4,45 @@
 //! nothing gets reconciled. A worker whose stream broke [`FLAPPING_BREAKS`] times within [`WINDOW`]
 //! is ready again only once a stream has stayed up for [`STABLE`].
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
+use flotilla_common::Flapping;
 use tokio::time::Instant;
 
 /// How far back breaks count.
-pub(crate) const WINDOW: Duration = Duration::from_secs(60);
+const WINDOW: Duration = Duration::from_secs(60);
 /// Breaks within [`WINDOW`] that make a stream flapping: a leader failover or two cost one break each.
-pub(crate) const FLAPPING_BREAKS: usize = 3;
+const FLAPPING_BREAKS: usize = 3;
 /// How long a flapping worker's stream must stay up before the worker is ready again.
 pub(crate) const STABLE: Duration = Duration::from_secs(10);
 
-/// Recent stream breaks. Invariant: `breaks` holds only times within [`WINDOW`] of the last call,
-/// oldest first.
-#[derive(Debug, Default)]
+/// Recent stream breaks.
+#[derive(Debug)]
 pub(crate) struct StreamHealth {
-    breaks: VecDeque<Instant>,
+    breaks: Flapping,
+}
+
+impl Default for StreamHealth {
+    fn default() -> Self {
+        Self {
+            breaks: Flapping::new(WINDOW, FLAPPING_BREAKS),
+        }
+    }
 }
 
 impl StreamHealth {
     /// The stream broke at `now`.
     pub(crate) fn broke(&mut self, now: Instant) {
-        self.forget_before(now);
-        self.breaks.push_back(now);
+        self.breaks.failed(now);
     }
 
     /// A stream was welcomed at `now`: when the worker may say ready — `now`, or, for a flapping
     /// stream, once it has stayed up for [`STABLE`].
     pub(crate) fn ready_at(&mut self, now: Instant) -> Instant {
-        self.forget_before(now);
-        if self.breaks.len() >= FLAPPING_BREAKS {
+        if self.breaks.is_flapping(now) {
             now + STABLE
         } else {
             now
-        }
-    }
-
-    fn forget_before(&mut self, now: Instant) {
-        while self
-            .breaks
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > WINDOW)
-        {
-            self.breaks.pop_front();
         }
     }
 }
