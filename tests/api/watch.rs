@@ -297,3 +297,66 @@ async fn kube_rs_typed_watch_delivers_events() {
         other => panic!("expected Added, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_burst_of_large_updates_reaches_a_watch_whole_and_later_changes_follow() {
+    // Eight concurrent updates of ~900 KB ConfigMaps, each event 1.8 MB with its previous value: etcd
+    // may batch such events into one watch response past the etcd client's 4 MiB limit, on which a
+    // watch cache reading etcd without fragments would fail at every restart (devcluster asks for
+    // fragments). Every update arrives whole, and so does a small change after them.
+    let (_cluster, client, ns) = setup("watch-large").await;
+    let names: Vec<String> = (0..8).map(|i| format!("big-{i}")).collect();
+    for name in &names {
+        create(
+            &client,
+            &configmaps(&ns),
+            &configmap(name, json!({"blob": "a"})),
+        )
+        .await;
+    }
+    let list = get_ok(&client, &configmaps(&ns)).await;
+    let mut watch = RawWatch::open(
+        &client,
+        &format!(
+            "{}?watch=true&resourceVersion={}",
+            configmaps(&ns),
+            rv(&list)
+        ),
+    )
+    .await;
+    let body = json!({"data": {"blob": "b".repeat(900_000)}});
+    let paths: Vec<String> = names
+        .iter()
+        .map(|name| format!("{}/{name}", configmaps(&ns)))
+        .collect();
+    let updates = paths
+        .iter()
+        .map(|path| raw::patch(&client, path, "application/merge-patch+json", &body));
+    for update in futures::future::join_all(updates).await {
+        update.expect_ok(200);
+    }
+    create(&client, &configmaps(&ns), &configmap("small", json!({}))).await;
+    let mut seen = Vec::new();
+    while seen.len() < names.len() + 1 {
+        let event = watch
+            .next(Duration::from_secs(30), "the burst's events")
+            .await;
+        if event_type(&event) == "BOOKMARK" {
+            continue;
+        }
+        if event_type(&event) == "MODIFIED" {
+            assert_eq!(
+                event["object"]["data"]["blob"].as_str().map(str::len),
+                Some(900_000),
+                "{}",
+                event_name(&event)
+            );
+        }
+        seen.push(event_name(&event).to_owned());
+    }
+    seen.sort();
+    let mut expected = names.clone();
+    expected.push("small".into());
+    expected.sort();
+    assert_eq!(seen, expected);
+}

@@ -261,7 +261,12 @@ pub async fn run(
             .with_prefix()
             .with_prev_key()
             .with_start_revision(next)
-            .with_progress_notify();
+            .with_progress_notify()
+            // etcd may batch many events (each with its previous value) into one response; past the
+            // client's 4 MiB decoding limit the watch would fail on that batch at every restart, and
+            // devcluster would stop serving watches. Fragments keep each response near etcd's request
+            // limit (1.5 MiB), one event at least.
+            .with_fragment();
         let watch = storage.client().watch("/registry/", Some(opts)).await;
         let (mut watcher, mut stream) = match watch {
             Ok(w) => w.split(),
