@@ -49,6 +49,9 @@ pub struct CoordinatorConfig {
     /// `--max-controller-concurrency`: the most a worker may advertise for one controller; a Hello
     /// above it is refused. Default 10,000 (see `fleet::Limits`).
     pub max_controller_concurrency: u32,
+    /// `--max-worker-kinds`: the most distinct kinds one worker's controllers may name together; a
+    /// Hello above it is refused (see `fleet::Limits`). Default 128.
+    pub max_worker_kinds: usize,
     /// `--controller-retire-after`: a controller no live worker has run for this long is retired (its
     /// queue dropped, its spec deleted, its informers stopped unless another controller needs them).
     /// Default 10 min: longer than any rolling update of the workers, short enough that a controller
@@ -110,6 +113,7 @@ impl CoordinatorConfig {
             expectations_timeout: Duration::from_secs(300),
             hello_timeout: Duration::from_secs(10),
             max_controller_concurrency: 10_000,
+            max_worker_kinds: 128,
             controller_retire_after: Duration::from_secs(600),
             unserved_kind_timeout: Duration::from_secs(60),
             dispatch_batch_bytes: 4 * 1024 * 1024,
@@ -159,6 +163,12 @@ impl CoordinatorConfig {
             return Err(ConfigError(format!(
                 "--max-controller-concurrency must be in 1..=1000000, not {}",
                 self.max_controller_concurrency
+            )));
+        }
+        if !(1..=10_000).contains(&self.max_worker_kinds) {
+            return Err(ConfigError(format!(
+                "--max-worker-kinds must be in 1..=10000, not {}",
+                self.max_worker_kinds
             )));
         }
         if self.controller_retire_after < Duration::from_secs(1)

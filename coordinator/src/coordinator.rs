@@ -142,6 +142,7 @@ impl Coordinator {
                     config.hello_timeout,
                     Limits {
                         max_concurrency: config.max_controller_concurrency,
+                        max_kinds: config.max_worker_kinds,
                     },
                 )
                 .into_server(),

@@ -62,6 +62,10 @@ pub struct Args {
     /// The most a worker may advertise for one controller (--concurrent-*-syncs); a Hello above it is refused.
     #[arg(long, default_value_t = 10_000)]
     pub max_controller_concurrency: u32,
+    /// Refuse a worker whose controllers name more distinct kinds than this together (each kind is
+    /// an informer on the API server).
+    #[arg(long, default_value_t = 128)]
+    pub max_worker_kinds: usize,
     /// Retire a controller (drop its queue, delete its spec, stop its informers) once no live worker has run it for this long.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub controller_retire_after: Duration,
@@ -138,6 +142,7 @@ impl Args {
         config.expectations_timeout = self.expectations_timeout;
         config.hello_timeout = self.worker_hello_timeout;
         config.max_controller_concurrency = self.max_controller_concurrency;
+        config.max_worker_kinds = self.max_worker_kinds;
         config.controller_retire_after = self.controller_retire_after;
         config.unserved_kind_timeout = self.unserved_kind_timeout;
         config.dispatch_batch_bytes = self.dispatch_batch_bytes;

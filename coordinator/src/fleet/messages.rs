@@ -18,12 +18,19 @@ pub struct Limits {
     /// 10,000: far above any real `--concurrent-*-syncs`, low enough that sums over a worker's
     /// controllers cannot overflow and no advertisement can claim the fleet's shards.
     pub max_concurrency: u32,
+    /// Most distinct kinds one Hello's controllers may name together (`--max-worker-kinds`). Each kind
+    /// is an informer (a list and a watch on the API server, its objects in memory); every controller
+    /// of kube-controller-manager together names about 50. Default 128: room for a worker running all
+    /// of them and a few custom controllers, while a Hello naming thousands (the probe's 255
+    /// controllers of 256 kinds each started 65,283 informers) is refused before anything starts.
+    pub max_kinds: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_concurrency: 10_000,
+            max_kinds: 128,
         }
     }
 }
@@ -47,11 +54,6 @@ pub const MAX_ERROR_BYTES: usize = 4096;
 pub const MAX_CONTROLLERS: usize = 256;
 /// Most named indexes one spec may declare: each costs the coordinator a map entry per indexed object.
 pub const MAX_INDEXES: usize = 32;
-/// The most distinct kinds one Hello's controllers may name together. Each kind is an informer (a list
-/// and a watch on the API server, its objects in memory); every controller of kube-controller-manager
-/// together names about 50. A Hello naming thousands (the probe's 255 controllers of 256 kinds each
-/// started 65,283 informers) is refused before anything starts.
-pub const MAX_HELLO_KINDS: usize = 128;
 /// Longest backoff a spec may ask for: a day (client-go's default maximum is 1000 s).
 const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
 /// Bounds of a spec's bucket: slower than one item per 100 s stalls a controller; faster than this is
@@ -438,7 +440,7 @@ fn nonzero_ms(ms: u64) -> Option<Duration> {
 
 impl Hello {
     /// Converts and checks a Hello: a worker id that is a DNS-1123 subdomain, at most
-    /// [`MAX_CONTROLLERS`] controllers naming at most [`MAX_HELLO_KINDS`] kinds together, each with a
+    /// [`MAX_CONTROLLERS`] controllers naming at most `limits.max_kinds` kinds together, each with a
     /// valid spec, a concurrency in
     /// `1..=limits.max_concurrency`, no controller twice, and at most as many held items as the summed
     /// concurrency, with bounded names and keys.
@@ -480,12 +482,13 @@ impl Hello {
             controllers.iter().flat_map(|(s, _)| s.kinds()).collect();
         kinds.sort();
         kinds.dedup();
-        if kinds.len() > MAX_HELLO_KINDS {
+        if kinds.len() > limits.max_kinds {
             return Err(invalid(
                 "hello.controllers",
                 format!(
-                    "the controllers name {} distinct kinds together; at most {MAX_HELLO_KINDS}",
-                    kinds.len()
+                    "the controllers name {} distinct kinds together; at most {} (--max-worker-kinds)",
+                    kinds.len(),
+                    limits.max_kinds
                 ),
             ));
         }

@@ -431,6 +431,7 @@ fn a_hello_whose_controllers_name_more_than_128_kinds_together_is_refused_before
     )
     .unwrap_err();
     assert!(err.to_string().contains("200 distinct kinds"), "{err}");
+    assert!(err.to_string().contains("--max-worker-kinds"), "{err}");
     // The same kinds twice count once.
     assert!(
         Hello::from_proto(hello(vec![controller("a", 0), controller("b", 0)]), &limits).is_ok()
