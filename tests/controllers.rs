@@ -9,11 +9,15 @@
 pub mod support;
 
 mod controllers {
+    mod cronjob;
     mod deployment;
     mod events;
     mod garbagecollector;
+    mod job;
     mod least_privilege;
     mod namespace;
+    mod podgc;
     mod replicaset;
     mod serviceaccount;
+    mod ttlafterfinished;
 }

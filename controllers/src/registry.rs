@@ -8,7 +8,11 @@ use flotilla_sdk::k8s_openapi::api::apps::v1::ReplicaSet;
 use flotilla_sdk::k8s_openapi::api::core::v1::ReplicationController;
 
 use crate::rbac::{self, Rules};
-use crate::{deployment, garbagecollector, namespace, replicaset, serviceaccount};
+use crate::settings::Settings;
+use crate::{
+    cronjob, deployment, garbagecollector, job, namespace, podgc, replicaset, serviceaccount,
+    ttlafterfinished,
+};
 
 /// One built-in controller.
 #[derive(Debug, Clone, Copy)]
@@ -39,12 +43,45 @@ impl Builtin {
             .with_event_source(self.event_source)
     }
 
+    /// The controller, at its default concurrency, configured by `settings` (the flags besides
+    /// concurrency that kube-controller-manager has for it, e.g. `podgc`'s
+    /// `--terminated-pod-gc-threshold`); [`Self::controller`] for a controller that takes none.
+    pub fn controller_with(&self, settings: &Settings) -> DynController {
+        match self.name {
+            PODGC => DynController::from(podgc::controller(
+                self.name,
+                settings.terminated_pod_gc_threshold,
+            ))
+            .with_concurrency(self.default_concurrency)
+            .with_event_source(self.event_source),
+            CRONJOB => {
+                // The worker validates `--cronjob-minute`; a bad value from elsewhere keeps the
+                // wall clock rather than failing.
+                let clock = cronjob::ScheduleClock::with_minute(settings.cronjob_minute)
+                    .unwrap_or_else(|err| {
+                        tracing::warn!(error = %err, "keeping real minutes for the cronjob controller");
+                        cronjob::ScheduleClock::default()
+                    });
+                DynController::from(cronjob::controller(self.name, clock))
+                    .with_concurrency(self.default_concurrency)
+                    .with_event_source(self.event_source)
+            }
+            _ => self.controller(),
+        }
+    }
+
     /// What the controller's reconcile asks of the Kubernetes API: the RBAC grants a worker running
     /// it needs (see [`crate::rbac`]).
     pub fn worker_rules(&self) -> Rules {
         (self.worker_rules)()
     }
 }
+
+/// The pod GC's name: [`Builtin::controller_with`] sets its threshold.
+const PODGC: &str = "podgc";
+
+/// The cronjob controller's name: [`Builtin::controller_with`] sets its schedule minute.
+const CRONJOB: &str = "cronjob";
 
 /// Every built-in controller, in the order `flotilla worker --help` lists their flags.
 pub fn builtins() -> &'static [Builtin] {
@@ -107,6 +144,46 @@ pub fn builtins() -> &'static [Builtin] {
             build: |name| namespace::controller(name).into(),
             worker_rules: rbac::namespace,
         },
+        Builtin {
+            name: "job",
+            kcm_name: "job-controller",
+            event_source: "job-controller",
+            flag: "job",
+            default_concurrency: 5,
+            build: |name| job::controller(name).into(),
+            worker_rules: rbac::job,
+        },
+        Builtin {
+            name: "ttl-after-finished",
+            kcm_name: "ttl-after-finished-controller",
+            event_source: "ttl-after-finished-controller",
+            flag: "ttl-after-finished",
+            default_concurrency: 5,
+            build: |name| ttlafterfinished::controller(name).into(),
+            worker_rules: rbac::ttlafterfinished,
+        },
+        Builtin {
+            name: PODGC,
+            kcm_name: "pod-garbage-collector-controller",
+            event_source: "pod-garbage-collector-controller",
+            flag: "podgc",
+            // kube-controller-manager runs the pod GC as one loop and has no flag for its
+            // concurrency; one pass is one key here, so one at a time is all it uses.
+            default_concurrency: 1,
+            build: |name| {
+                podgc::controller(name, Settings::default().terminated_pod_gc_threshold).into()
+            },
+            worker_rules: rbac::podgc,
+        },
+        Builtin {
+            name: CRONJOB,
+            kcm_name: "cronjob-controller",
+            event_source: "cronjob-controller",
+            flag: "cron-job",
+            default_concurrency: 5,
+            build: |name| cronjob::controller(name, cronjob::ScheduleClock::default()).into(),
+            worker_rules: rbac::cronjob,
+        },
     ]
 }
 
@@ -131,6 +208,33 @@ mod tests {
         assert_eq!(concurrency("deployment"), 5);
         assert_eq!(concurrency("garbagecollector"), 20);
         assert_eq!(concurrency("namespace"), 10);
+        assert_eq!(concurrency("job"), 5);
+        assert_eq!(concurrency("ttl-after-finished"), 5);
+        assert_eq!(concurrency("podgc"), 1);
+        assert_eq!(concurrency("cronjob"), 5);
+    }
+
+    #[test]
+    fn settings_reach_the_pod_gc_and_leave_the_others_as_they_are() {
+        let settings = Settings {
+            terminated_pod_gc_threshold: 3,
+            ..Settings::default()
+        };
+        let podgc = builtin("podgc").unwrap();
+        let configured = podgc.controller_with(&settings);
+        assert_eq!(configured.name(), "podgc");
+        assert_eq!(configured.concurrency_limit(), 1);
+        assert_eq!(configured.spec(), podgc.controller().spec());
+        let ttl = builtin("ttl-after-finished").unwrap();
+        assert_eq!(
+            ttl.controller_with(&settings).spec(),
+            ttl.controller().spec()
+        );
+        assert_eq!(
+            Settings::default().terminated_pod_gc_threshold,
+            12500,
+            "kube-controller-manager's default"
+        );
     }
 
     #[test]

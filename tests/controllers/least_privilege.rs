@@ -1,6 +1,7 @@
 //! Least privilege, proven: a devcluster authorizing with RBAC, a fleet whose coordinator and
 //! workers each present a ServiceAccount token bound only to `flotilla rbac`'s rules for their role.
-//! With `--controllers '*'` it rolls out Deployments and a ReplicationController, garbage-collects (a
+//! With `--controllers '*'` it rolls out Deployments and a ReplicationController, runs a Job, has a
+//! CronJob start one, garbage-collects (a
 //! Deployment deleted with background propagation takes its ReplicaSets and pods; a ConfigMap owned
 //! by a deleted ConfigMap goes) and deletes a namespace. With the narrow controllers only
 //! (`deployment,replicaset,replicationcontroller,serviceaccount`: no garbage collector or namespace
@@ -425,6 +426,63 @@ fn assert_every_rule_needed(
     );
 }
 
+/// A Job runs to completion: the job controller creates its pod (carrying `blockOwnerDeletion`, hence
+/// `jobs/finalizers` `update`), removes the pod's tracking finalizer and patches the Job's status.
+async fn run_a_job(admin: &kube::Client, ns: &str) {
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "once"},
+        "spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "registry.k8s.io/busybox:1.36", "command": ["true"]}],
+        }}},
+    });
+    raw::post(admin, &format!("/apis/batch/v1/namespaces/{ns}/jobs"), &job)
+        .await
+        .expect_ok(201);
+    let path = format!("/apis/batch/v1/namespaces/{ns}/jobs/once");
+    wait_for(CONVERGE, "Job once to complete", || async {
+        let job = raw::get(admin, &path).await.expect_ok(200);
+        let conditions = job["status"]["conditions"].as_array()?.clone();
+        conditions
+            .iter()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True")
+            .then_some(())
+    })
+    .await;
+}
+
+/// A CronJob starts a Job (carrying `blockOwnerDeletion`, hence `cronjobs/finalizers` `update`) and
+/// records it in its status (`cronjobs/status` `update`); the workers' schedule minute is a second
+/// (`--cronjob-minute`), and the Job is suspended so nothing else runs for it.
+async fn run_a_cronjob(admin: &kube::Client, ns: &str) {
+    let cronjob = json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "tick"},
+        "spec": {"schedule": "*/1 * * * *", "jobTemplate": {"spec": {
+            "suspend": true,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.k8s.io/busybox:1.36", "command": ["true"]}],
+            }},
+        }}},
+    });
+    let path = format!("/apis/batch/v1/namespaces/{ns}/cronjobs");
+    raw::post(admin, &path, &cronjob).await.expect_ok(201);
+    wait_for(CONVERGE, "CronJob tick to start a Job", || async {
+        let cronjob = raw::get(admin, &format!("{path}/tick"))
+            .await
+            .expect_ok(200);
+        cronjob["status"]["lastScheduleTime"].as_str().map(|_| ())
+    })
+    .await;
+    let suspend = json!({"spec": {"suspend": true}});
+    let merge = "application/merge-patch+json";
+    raw::patch(admin, &format!("{path}/tick"), merge, &suspend)
+        .await
+        .expect_ok(200);
+}
+
 /// Orphans adopted: a pod by a ReplicaSet and by a ReplicationController (each reads its owner live
 /// first, then patches the pod), and a ReplicaSet by a Deployment.
 async fn adopt_orphans(admin: &kube::Client, ns: &str) {
@@ -576,7 +634,15 @@ impl LeastFleet {
         let mut workers = vec![fleet.coordinator("c0", &[])];
         fleet.kubeconfig = worker_config;
         for id in ["w0", "w1"] {
-            workers.push(fleet.worker("flotilla", id, &["worker", "--controllers", controllers]));
+            // Schedule minutes of a second, so a CronJob starts its Job at once (a test-only flag).
+            let args = [
+                "worker",
+                "--controllers",
+                controllers,
+                "--cronjob-minute",
+                "1s",
+            ];
+            workers.push(fleet.worker("flotilla", id, &args));
         }
         fleet.wait_for_workers(2, Duration::from_secs(60)).await;
         LeastFleet {
@@ -624,6 +690,8 @@ async fn a_fleet_bound_only_to_flotilla_rbacs_rules_does_its_work_and_needs_ever
     let admin = &lp.admin;
     let ns = unique_namespace(admin, "lp").await;
     roll_out(admin, &ns).await;
+    run_a_job(admin, &ns).await;
+    run_a_cronjob(admin, &ns).await;
     collect_garbage(admin, &ns).await;
     delete_a_namespace(admin).await;
     lp.assert_every_rule_needed(&[]);

@@ -16,5 +16,6 @@ pub use coordinator::coordinator_rules;
 pub use fleet::{FleetRules, fleet_rules};
 pub use rules::{ALL, Rules};
 pub(crate) use worker::{
-    deployment, garbagecollector, namespace, replicaset, replicationcontroller, serviceaccount,
+    cronjob, deployment, garbagecollector, job, namespace, podgc, replicaset,
+    replicationcontroller, serviceaccount, ttlafterfinished,
 };

@@ -91,6 +91,53 @@ pub(crate) fn namespace() -> Rules {
         .grant(ALL, &[ALL], &["delete", "deletecollection", "list"])
 }
 
+/// The job controller creates and deletes a Job's pods, strategic-merge-patches them (removing the
+/// `batch.kubernetes.io/job-tracking` finalizer) and merge-patches them to adopt or release; it lists
+/// them live when the cache may not have seen its last writes (an item taken from a lost worker, a
+/// new leader's first pass); it reads the Job live before an adoption, merge-patches `jobs/status`,
+/// and `jobs/finalizers` `update` lets its pods carry `blockOwnerDeletion` (see [`replicas`]).
+pub(crate) fn job() -> Rules {
+    let mut rules = Rules::new()
+        .grant("", &["pods"], &["create", "delete", "list", "patch"])
+        .grant("batch", &["jobs"], &["get"])
+        .grant("batch", &["jobs/status"], &["patch"])
+        .grant("batch", &["jobs/finalizers"], &["update"]);
+    rules.extend(&events());
+    rules
+}
+
+/// The TTL-after-finished controller re-reads an expired Job live before deleting it (the cache may
+/// be stale), then deletes it; no Events.
+pub(crate) fn ttlafterfinished() -> Rules {
+    Rules::new().grant("batch", &["jobs"], &["delete", "get"])
+}
+
+/// The pod GC re-reads a node missing from the cache live before deleting its pods, marks pods that
+/// are not yet terminal Failed through a strategic merge patch of `pods/status`, and deletes pods;
+/// no Events.
+pub(crate) fn podgc() -> Rules {
+    Rules::new()
+        .grant("", &["nodes"], &["get"])
+        .grant("", &["pods/status"], &["patch"])
+        .grant("", &["pods"], &["delete"])
+}
+
+/// The cronjob controller creates a CronJob's Jobs and deletes them (history limits, `Replace`);
+/// it reads a Job live when the cache lacks one that `status.active` lists (gone, or not yet
+/// seen?), before replacing it, and when its create finds the name taken; it reads the CronJob
+/// live when a running Job it controls is missing from `status.active`; it writes the status with
+/// an update of `cronjobs/status`, as upstream; `cronjobs/finalizers` `update` lets its Jobs carry
+/// `blockOwnerDeletion` (see [`replicas`]). The Jobs it controls come with each item: no list.
+pub(crate) fn cronjob() -> Rules {
+    let mut rules = Rules::new()
+        .grant("batch", &["jobs"], &["create", "delete", "get"])
+        .grant("batch", &["cronjobs"], &["get"])
+        .grant("batch", &["cronjobs/status"], &["update"])
+        .grant("batch", &["cronjobs/finalizers"], &["update"]);
+    rules.extend(&events());
+    rules
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +216,21 @@ mod tests {
     }
 
     #[test]
+    fn the_job_controller_manages_pods_and_patches_its_jobs_status() {
+        let rules = job();
+        for verb in ["create", "delete", "list", "patch"] {
+            assert!(rules.allows("", "pods", verb), "{verb} pods");
+        }
+        assert!(!rules.allows("", "pods", "update"));
+        assert!(rules.allows("batch", "jobs", "get"));
+        assert!(!rules.allows("batch", "jobs", "update"));
+        assert!(rules.allows("batch", "jobs/status", "patch"));
+        assert!(rules.allows("batch", "jobs/finalizers", "update"));
+        assert!(rules.allows("", "events", "create"));
+        assert!(rules.allows("", "events", "patch"));
+    }
+
+    #[test]
     fn the_namespace_controller_empties_and_finalizes_namespaces() {
         let rules = namespace();
         for verb in ["list", "delete", "deletecollection"] {
@@ -180,5 +242,49 @@ mod tests {
         assert!(!rules.allows("", "namespaces", "update"));
         assert!(!rules.allows("", "pods", "create"));
         assert!(!rules.allows("", "pods", "patch"));
+    }
+
+    #[test]
+    fn the_ttl_after_finished_controller_reads_and_deletes_jobs_only() {
+        let rules = ttlafterfinished();
+        assert!(rules.allows("batch", "jobs", "get"));
+        assert!(rules.allows("batch", "jobs", "delete"));
+        assert!(!rules.allows("batch", "jobs", "patch"));
+        assert!(!rules.allows("", "events", "create"), "it writes no Events");
+        assert!(!rules.allows("", "pods", "delete"), "pods go by the GC");
+    }
+
+    #[test]
+    fn the_cronjob_controller_manages_jobs_and_updates_its_cronjobs_status() {
+        let rules = cronjob();
+        for verb in ["create", "delete", "get"] {
+            assert!(rules.allows("batch", "jobs", verb), "{verb} jobs");
+        }
+        assert!(
+            !rules.allows("batch", "jobs", "list"),
+            "jobs come with the item"
+        );
+        assert!(!rules.allows("batch", "jobs", "patch"));
+        assert!(rules.allows("batch", "cronjobs", "get"));
+        assert!(!rules.allows("batch", "cronjobs", "update"));
+        assert!(rules.allows("batch", "cronjobs/status", "update"));
+        assert!(rules.allows("batch", "cronjobs/finalizers", "update"));
+        assert!(rules.allows("", "events", "create"));
+        assert!(rules.allows("", "events", "patch"));
+        assert!(
+            !rules.allows("", "pods", "delete"),
+            "pods go with their Jobs"
+        );
+    }
+
+    #[test]
+    fn the_pod_gc_reads_nodes_marks_pods_failed_and_deletes_them() {
+        let rules = podgc();
+        assert!(rules.allows("", "nodes", "get"));
+        assert!(rules.allows("", "pods/status", "patch"));
+        assert!(rules.allows("", "pods", "delete"));
+        assert!(!rules.allows("", "pods", "patch"));
+        assert!(!rules.allows("", "nodes", "delete"));
+        assert!(!rules.allows("", "events", "create"), "it writes no Events");
     }
 }

@@ -432,11 +432,14 @@ pub fn statefulset_create(v: &mut Value) {
 }
 
 fn job_spec(spec: &mut Map<String, Value>) {
-    dflt(spec, "parallelism", json!(1));
-    let indexed = spec.get("completionMode").and_then(Value::as_str) == Some("Indexed");
-    if !spec.contains_key("completions") && spec["parallelism"] == json!(1) {
+    // Upstream `SetDefaults_Job`: completions default to 1 only when parallelism is unset too; a Job
+    // with parallelism and no completions is a work queue.
+    let unset = |key: &str| spec.get(key).is_none_or(Value::is_null);
+    if unset("completions") && unset("parallelism") {
         spec.insert("completions".into(), json!(1));
     }
+    dflt(spec, "parallelism", json!(1));
+    let indexed = spec.get("completionMode").and_then(Value::as_str) == Some("Indexed");
     dflt(
         spec,
         "backoffLimit",
@@ -646,6 +649,25 @@ mod tests {
             cj["spec"]["jobTemplate"]["spec"]["template"]["metadata"],
             json!({})
         );
+    }
+
+    #[test]
+    fn a_job_with_parallelism_but_no_completions_stays_a_work_queue_as_upstream_defaults_it() {
+        let spec = |v: Value| {
+            let mut object = json!({"spec": v});
+            job(&mut object);
+            object["spec"].clone()
+        };
+        let both_unset = spec(json!({"template": {}}));
+        assert_eq!(both_unset["parallelism"], json!(1));
+        assert_eq!(both_unset["completions"], json!(1));
+        let work_queue = spec(json!({"parallelism": 1, "template": {}}));
+        assert_eq!(work_queue.get("completions"), None);
+        let fixed = spec(json!({"completions": 3, "template": {}}));
+        assert_eq!(fixed["parallelism"], json!(1));
+        assert_eq!(fixed["backoffLimit"], json!(6));
+        assert_eq!(fixed["completionMode"], json!("NonIndexed"));
+        assert_eq!(fixed["podReplacementPolicy"], json!("TerminatingOrFailed"));
     }
 
     #[test]

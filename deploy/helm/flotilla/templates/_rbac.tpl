@@ -57,6 +57,36 @@ namespace:
     - {group: "*", resources: ["*"], verbs: [delete, deletecollection, list]}
   coordinator:
     - {group: "", resources: [namespaces]}
+job:
+  worker:
+    - {group: "", resources: [pods], verbs: [create, delete, list, patch]}
+    - {group: batch, resources: [jobs], verbs: [get]}
+    - {group: batch, resources: [jobs/status], verbs: [patch]}
+    - {group: batch, resources: [jobs/finalizers], verbs: [update]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: batch, resources: [jobs]}
+    - {group: "", resources: [pods]}
+ttl-after-finished:
+  worker:
+    - {group: batch, resources: [jobs], verbs: [delete, get]}
+  coordinator:
+    - {group: batch, resources: [jobs]}
+podgc:
+  worker:
+    - {group: "", resources: [nodes], verbs: [get]}
+    - {group: "", resources: [pods/status], verbs: [patch]}
+    - {group: "", resources: [pods], verbs: [delete]}
+  coordinator:
+    - {group: "", resources: [namespaces, pods, nodes]}
+cronjob:
+  worker:
+    - {group: batch, resources: [jobs], verbs: [create, delete, get]}
+    - {group: batch, resources: [cronjobs], verbs: [get]}
+    - {group: batch, resources: [cronjobs/status, cronjobs/finalizers], verbs: [update]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: batch, resources: [cronjobs, jobs]}
 {{- end }}
 
 {{/*
