@@ -271,34 +271,39 @@ async fn every_process_serves_the_fleet_metrics_as_prometheus_text_and_the_dashb
     let (_fleet, procs) = Fleet::of_controllers(&cluster, "*", 2).await;
     let ns = unique_namespace(&client, "metrics").await;
 
-    // A short run: a Deployment of two replicas makes the deployment and replicaset controllers
-    // reconcile, write (read-your-writes holds) and call the API.
+    // A short run: Deployments of two replicas make the deployment and replicaset controllers
+    // reconcile, write (read-your-writes holds) and call the API. Eight of them, so that both workers
+    // get keys that call the API whatever shards the random namespace's keys hash to (with one, a CI
+    // run gave every such key to one worker, and the other had no API families to show).
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let deployment = json!({
-        "metadata": {"name": "web"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+    for i in 0..8 {
+        let app = format!("web-{i}");
+        let deployment = json!({
+            "metadata": {"name": app},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": app}},
+                "template": {
+                    "metadata": {"labels": {"app": app}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+                },
             },
-        },
-    });
-    deployments
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(deployment).unwrap(),
-        )
-        .await
-        .unwrap();
+        });
+        deployments
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(deployment).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     wait_for(
         Duration::from_secs(60),
-        "the Deployment's two pods",
+        "the Deployments' sixteen pods",
         || async {
             let list = pods.list(&ListParams::default()).await.ok()?;
-            (list.items.len() == 2).then_some(())
+            (list.items.len() == 16).then_some(())
         },
     )
     .await;
