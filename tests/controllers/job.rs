@@ -139,6 +139,15 @@ async fn events_of(events: &Api<Event>, object: &str) -> Vec<(String, String, St
         .collect()
 }
 
+/// Waits until `job` has the Warning Event `reason` with `message`.
+async fn wait_for_warning(events: &Api<Event>, job: &str, reason: &str, message: &str) {
+    let wanted = ("Warning".to_owned(), reason.to_owned(), message.to_owned());
+    wait_for(CONVERGE, &format!("{job}'s {reason} Event"), || async {
+        events_of(events, job).await.contains(&wanted).then_some(())
+    })
+    .await;
+}
+
 async fn fleet(cluster: &TestCluster, workers: usize) -> (Fleet, Vec<Proc>) {
     Fleet::of_controllers(cluster, "job", workers).await
 }
@@ -640,16 +649,12 @@ async fn a_job_running_past_its_active_deadline_fails_and_its_pods_are_deleted()
             .then_some(())
     })
     .await;
-    wait_for(CONVERGE, "the DeadlineExceeded Event", || async {
-        events_of(&events, "late")
-            .await
-            .contains(&(
-                "Warning".into(),
-                "DeadlineExceeded".into(),
-                "Job was active longer than specified deadline".into(),
-            ))
-            .then_some(())
-    })
+    wait_for_warning(
+        &events,
+        "late",
+        "DeadlineExceeded",
+        "Job was active longer than specified deadline",
+    )
     .await;
 }
 
@@ -758,16 +763,12 @@ async fn an_indexed_job_with_a_backoff_limit_per_index_fails_its_indexes_then_it
         pods.iter()
             .all(|p| !p.finalizers().iter().any(|f| f == FINALIZER))
     );
-    wait_for(CONVERGE, "the FailedIndexes Event", || async {
-        events_of(&events, "retried")
-            .await
-            .contains(&(
-                "Warning".into(),
-                "FailedIndexes".into(),
-                "Job has failed indexes".into(),
-            ))
-            .then_some(())
-    })
+    wait_for_warning(
+        &events,
+        "retried",
+        "FailedIndexes",
+        "Job has failed indexes",
+    )
     .await;
 }
 
