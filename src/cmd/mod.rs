@@ -12,4 +12,5 @@ pub mod status;
 pub mod status_watch;
 pub mod up;
 pub mod up_progress;
+pub mod up_workloads;
 pub mod worker;

@@ -1,9 +1,10 @@
 //! `flotilla up`: the local demo. Starts etcd, the devcluster (with simulated nodes) and two fleets, each
 //! process a real one: `demo`, two coordinators and three workers running the example `greeting`
 //! controller, and `builtins`, a coordinator and two `flotilla worker --controllers *` workers running
-//! kube-controller-manager's controllers. Applies the Greeting CRD, sample Greetings and sample
-//! Deployments, and shows its progress as a list of steps ticked off ([`Progress`]) and a live count
-//! until every Greeting is reconciled and every Deployment is Available. With `--keep-running` it then
+//! kube-controller-manager's controllers. Applies the Greeting CRD, sample Greetings, sample
+//! Deployments and one of each other workload ([`Workloads`]: a Job, a CronJob, a DaemonSet and a
+//! StatefulSet), and shows its progress as a list of steps ticked off ([`Progress`]) and a live count
+//! until every Greeting is reconciled, every Deployment is Available and every workload finished. With `--keep-running` it then
 //! shows `flotilla status --watch`'s live view of the `demo` fleet (on a terminal) until Ctrl-C, and
 //! stops every process it started.
 
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 
 use super::procs::{fleet_flags, free_port, sibling, spawn, stop_all, wait_for_api};
 use super::up_progress::Progress;
+use super::up_workloads::{WorkloadProgress, Workloads};
 
 /// The Greeting CRD of the example controller.
 const GREETING_CRD: &str = include_str!("../../examples/greeting/crd.yaml");
@@ -42,6 +44,10 @@ pub struct Args {
     /// Sample Deployments (3 replicas each) to create.
     #[arg(long, default_value_t = 3)]
     pub deployments: usize,
+    /// Also run a Job, a CronJob, a DaemonSet and a StatefulSet to completion (`--workloads=false`
+    /// to skip them; the CronJob's first Job waits for the next wall-clock minute).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub workloads: bool,
     /// Simulated nodes in the devcluster.
     #[arg(long, default_value_t = 3)]
     pub nodes: usize,
@@ -49,7 +55,7 @@ pub struct Args {
     #[arg(long)]
     pub keep_running: bool,
     /// Give up when the samples are not reconciled within this long.
-    #[arg(long, default_value = "120s", value_parser = flotilla_common::parse_duration)]
+    #[arg(long, default_value = "180s", value_parser = flotilla_common::parse_duration)]
     pub timeout: Duration,
     /// Trace export the demo's coordinators and workers get (`--otlp-endpoint http://localhost:4317`
     /// with a Jaeger all-in-one running).
@@ -152,9 +158,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     progress.step("applying the sample workload");
     let greetings = apply_samples(&client, args.greetings).await?;
     let deployments = apply_deployments(&client, args.deployments).await?;
+    let workloads = Workloads::new(client.clone(), args.nodes);
+    if args.workloads {
+        workloads.apply().await?;
+    }
     progress.done(&format!(
-        "Greeting CRD, {} Greetings and {} Deployments in namespace demo",
-        args.greetings, args.deployments
+        "Greeting CRD, {} Greetings and {} Deployments{} in namespace demo",
+        args.greetings,
+        args.deployments,
+        if args.workloads {
+            ", a Job, a CronJob, a DaemonSet and a StatefulSet"
+        } else {
+            ""
+        }
     ));
     progress.step("waiting for the fleets to reconcile the samples");
 
@@ -162,6 +178,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     loop {
         let done = reconciled(&client, &greetings).await;
         let available = available(&client, &deployments).await;
+        let finished = if args.workloads {
+            Some(workloads.progress().await)
+        } else {
+            None
+        };
+        let workloads_line = finished
+            .map(|p| format!("; {}", p.line()))
+            .unwrap_or_default();
         let fleet_line = match super::status::fetch(&etcd.endpoints(), fleet).await {
             Ok(s) => format!(
                 "leader {} (term {}), {} workers connected",
@@ -172,20 +196,29 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Err(_) => "no leader yet".into(),
         };
         progress.line(&format!(
-            "{done}/{} Greetings reconciled, {available}/{} Deployments available; {fleet_line}",
+            "{done}/{} Greetings reconciled, {available}/{} Deployments available{workloads_line}; {fleet_line}",
             args.greetings, args.deployments
         ));
-        if done == args.greetings && available == args.deployments {
+        if done == args.greetings
+            && available == args.deployments
+            && finished.as_ref().is_none_or(WorkloadProgress::all)
+        {
             progress.done(&format!(
-                "all {} Greetings reconciled and {} Deployments available",
-                args.greetings, args.deployments,
+                "all {} Greetings reconciled and {} Deployments available{}",
+                args.greetings,
+                args.deployments,
+                if finished.is_some() {
+                    "; the Job, the CronJob's first Job, the DaemonSet and the StatefulSet done"
+                } else {
+                    ""
+                }
             ));
             break;
         }
         if started.elapsed() > args.timeout {
             progress.finish_line();
             bail!(
-                "timed out after {:?}: {done}/{} Greetings reconciled, {available}/{} Deployments available; see the logs in {}",
+                "timed out after {:?}: {done}/{} Greetings reconciled, {available}/{} Deployments available{workloads_line}; see the logs in {}",
                 args.timeout,
                 args.greetings,
                 args.deployments,
@@ -199,7 +232,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.keep_running {
         println!(
-            "running; try: KUBECONFIG={} kubectl get greetings,configmaps,deployments,pods -n demo",
+            "running; try: KUBECONFIG={} kubectl get greetings,configmaps,deployments,jobs,cronjobs,daemonsets,statefulsets,pods -n demo",
             kubeconfig.display()
         );
         // The demo's fleets speak plaintext gRPC on loopback (`fleet_flags` passes

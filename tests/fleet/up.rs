@@ -1,6 +1,7 @@
-//! `flotilla up --keep-running` in a pseudo-terminal, on a small demo: the steps are ticked off, the live
-//! view of the `demo` fleet follows once the samples are reconciled, and Ctrl-C stops it with exit status
-//! 0 and leaves no process it started running.
+//! `flotilla up --keep-running` in a pseudo-terminal, on a small demo: the steps are ticked off, the
+//! workloads (a Job, a CronJob, a DaemonSet, a StatefulSet) finish, the live view of the `demo` fleet
+//! follows once the samples are reconciled, and Ctrl-C stops it with exit status 0 and leaves no
+//! process it started running. Without a terminal (and without the workloads) it prints plain lines.
 
 use std::time::Duration;
 
@@ -62,8 +63,9 @@ async fn up_ticks_off_its_steps_shows_the_live_view_and_stops_everything_on_ctrl
         "1",
         "--nodes",
         "1",
+        // The CronJob's first Job waits for the next wall-clock minute.
         "--timeout",
-        "90s",
+        "150s",
     ]
     .map(String::from)
     .to_vec();
@@ -89,12 +91,13 @@ async fn up_ticks_off_its_steps_shows_the_live_view_and_stops_everything_on_ctrl
                 "✔  starting fleet \"builtins\"",
                 "✔  applying the sample workload",
                 "✔  waiting for the fleets to reconcile the samples",
+                "the Job, the CronJob's first Job, the DaemonSet and the StatefulSet done",
                 // The live view.
                 "leader coordinator-0",
                 "worker-0",
                 "RECONCILES/S",
             ],
-            Duration::from_secs(120),
+            Duration::from_secs(180),
         )
         .await;
     assert!(
@@ -135,6 +138,7 @@ async fn up_prints_plain_step_lines_when_stdout_is_not_a_terminal() {
             "1",
             "--deployments",
             "0",
+            "--workloads=false",
             "--nodes",
             "1",
             "--timeout",
