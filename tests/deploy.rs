@@ -3,7 +3,7 @@
 //! outputs, as `deploy/helm/check.sh` writes them — the Helm chart's manifests parsed into their
 //! Kubernetes types, their commands accepted by the binaries and their ClusterRoles equal to
 //! `flotilla rbac`'s; and — when `FLOTILLA_HELM` names a helm binary — `helm install` of every scenario
-//! into a cluster, read back as rendered.
+//! into a cluster, read back as rendered; and `flotilla bench jobs` run end to end on a small workload.
 //!
 //! The binaries must be built first (`cargo build --workspace --bins`; the README's test command does).
 
@@ -17,6 +17,7 @@ pub mod support;
 mod deploy {
     pub mod binaries;
 
+    mod bench;
     mod chart;
     mod check_config;
     mod helm_install;

@@ -1,18 +1,23 @@
 //! `flotilla bench …`: benchmarks that write machine-readable results and print the table quoted in
 //! BENCHMARKS.md. `dispatch` measures the fleet core alone (no-op reconciles, in-process);
 //! `rollout` measures a whole fleet of processes rolling out Deployments against the devcluster;
-//! `idle` measures what an idle fleet's processes cost; `scaleout` what more workers buy an I/O-bound
-//! controller; `memory` what the coordinator's caches cost.
+//! `jobs` measures the fleet running many Jobs to completion on simulated nodes; `idle` measures what
+//! an idle fleet's processes cost; `scaleout` what more workers buy an I/O-bound controller; `memory`
+//! what the coordinator's caches cost.
 
+mod create_many;
 mod dispatch;
+mod done_watch;
+mod fleet_usage;
 mod idle;
 mod in_process;
+mod jobs;
 mod local_fleet;
 mod memory;
 mod otlp_sink;
 mod process_stats;
 mod rollout;
-mod rollout_watch;
+mod run_report;
 mod scaleout;
 
 use std::path::Path;
@@ -30,6 +35,9 @@ enum Bench {
     Dispatch(dispatch::DispatchArgs),
     /// Time, API requests and memory to roll out Deployments with the built-in controllers.
     Rollout(rollout::RolloutArgs),
+    /// Time, API requests, CPU and memory to run many Jobs to completion with the built-in `job`
+    /// controller.
+    Jobs(jobs::JobsArgs),
     /// CPU of an idle coordinator and worker: fresh, and settled after a small rollout.
     Idle(idle::IdleArgs),
     /// Throughput of an I/O-bound controller with 1, 2, 4, 8 workers, plotted.
@@ -52,6 +60,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
         Bench::Dispatch(args) => dispatch::run(args).await,
         Bench::Rollout(args) => rollout::run(args).await,
+        Bench::Jobs(args) => jobs::run(args).await,
         Bench::Idle(args) => idle::run(args).await,
         Bench::Scaleout(args) => scaleout::run(args).await,
         Bench::Memory(args) => memory::run(args).await,

@@ -10,33 +10,32 @@
 //! Every run gets a fresh etcd, devcluster and fleet, so no run inherits another's objects, history
 //! or warm caches.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use serde_json::json;
 
+use super::create_many::create_all;
+use super::done_watch::DoneWatch;
+use super::fleet_usage::{CpuMark, Usage};
 use super::local_fleet::{self, LocalFleet};
-use super::process_stats::{cpu_seconds, fetch_metrics, peak_rss_mib, samples};
-use super::rollout_watch::RolloutWatch;
-use super::{median, write_json};
+use super::run_report::{self, Budget, RunResult, Unit};
+use super::write_json;
 
 /// The namespace the Deployments are created in (with the run's suffix on a cluster of the user's).
 pub(super) const NAMESPACE: &str = "bench";
 
-/// Creates in flight at once from the benchmark's own (unlimited) client.
-const CREATE_CONCURRENCY: usize = 32;
-
-/// How long the workers' request counters must stand still to count as settled.
-const SETTLE_QUIET: Duration = Duration::from_secs(2);
-
-/// The longest wait for the counters to settle after a rollout.
-const SETTLE_MAX: Duration = Duration::from_secs(120);
+/// What the rollout benchmark creates and waits for, as its report names it.
+const UNIT: Unit = Unit {
+    one: "Deployment",
+    many: "Deployments",
+    key: "deployment",
+    done: "rolled out",
+};
 
 /// Flags of `flotilla bench rollout`.
 #[derive(clap::Args, Debug)]
@@ -130,33 +129,14 @@ impl FromStr for FleetShape {
     }
 }
 
-/// One measured run.
-#[derive(Debug, Clone, serde::Serialize)]
-struct RunResult {
-    /// First create → every Deployment Available with all replicas updated and available.
-    seconds: f64,
-    /// First create → last create answered.
-    create_seconds: f64,
-    /// `rest_client_requests_total` summed over the workers when the last Deployment became Available.
-    requests: f64,
-    /// The same, by HTTP method.
-    requests_by_method: BTreeMap<String, f64>,
-    /// The same, by Kubernetes verb and resource (`create pods`, `update deployments/status`).
-    requests_by_verb: BTreeMap<String, f64>,
-    /// Requests that did not get a 2xx answer (conflicts, errors), summed over the workers.
-    requests_not_2xx: f64,
-    /// The requests once the workers stopped sending (Events are written in the background, after
-    /// the reconcile that recorded them): what the rollout cost in the end.
-    settled_requests: f64,
-    /// The same, by Kubernetes verb and resource.
-    settled_requests_by_verb: BTreeMap<String, f64>,
-    coordinator_peak_rss_mib: f64,
-    worker_peak_rss_mib: Vec<f64>,
-    devcluster_peak_rss_mib: f64,
-    /// CPU seconds (user + system) from the first create to the last Deployment rolled out.
-    coordinator_cpu_seconds: f64,
-    worker_cpu_seconds: Vec<f64>,
-    devcluster_cpu_seconds: f64,
+impl FleetShape {
+    fn budget(&self) -> Budget {
+        Budget {
+            workers: self.workers,
+            qps: self.qps,
+            burst: self.burst,
+        }
+    }
 }
 
 /// Runs `flotilla bench rollout`.
@@ -177,59 +157,15 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                         shape.workers, shape.qps, shape.burst
                     )
                 })?;
-            eprintln!(
-                "workers={} qps={}/{} run={run}: all rolled out in {:.1}s (created in {:.1}s), {:.0} requests ({:.1}/Deployment), CPU coordinator {:.1}s workers {:.1?}s devcluster {:.1}s, peak RSS coordinator {:.0} MiB, workers {:?} MiB",
-                shape.workers,
-                shape.qps,
-                shape.burst,
-                result.seconds,
-                result.create_seconds,
-                result.requests,
-                result.requests / args.deployments as f64,
-                result.coordinator_cpu_seconds,
-                result.worker_cpu_seconds,
-                result.devcluster_cpu_seconds,
-                result.coordinator_peak_rss_mib,
-                result.worker_peak_rss_mib
-            );
-            for (verb, n) in &result.requests_by_verb {
-                eprintln!("    {verb}: {:.2}/Deployment", n / args.deployments as f64);
-            }
-            eprintln!(
-                "  settled (Events written in the background included): {:.0} requests ({:.1}/Deployment)",
-                result.settled_requests,
-                result.settled_requests / args.deployments as f64
-            );
-            for (verb, n) in &result.settled_requests_by_verb {
-                eprintln!("    {verb}: {:.2}/Deployment", n / args.deployments as f64);
-            }
+            run_report::print_run(UNIT, shape.budget(), run, args.deployments, &result);
             runs.push(result);
         }
-        let med = |f: &dyn Fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
-        let seconds = med(&|r| r.seconds);
-        let requests = med(&|r| r.requests);
-        let settled = med(&|r| r.settled_requests);
-        report.push(json!({
-            "workers": shape.workers,
-            "kube_api_qps": shape.qps,
-            "kube_api_burst": shape.burst,
-            "runs": runs,
-            "median": {
-                "seconds": seconds,
-                "create_seconds": med(&|r| r.create_seconds),
-                "requests": requests,
-                "requests_per_deployment": requests / args.deployments as f64,
-                "settled_requests_per_deployment": settled / args.deployments as f64,
-                "requests_per_second": med(&|r| r.requests / r.seconds),
-                "requests_not_2xx": med(&|r| r.requests_not_2xx),
-                "coordinator_peak_rss_mib": med(&|r| r.coordinator_peak_rss_mib),
-                "worker_peak_rss_mib_max": med(&|r| r.worker_peak_rss_mib.iter().copied().fold(0.0, f64::max)),
-                "devcluster_peak_rss_mib": med(&|r| r.devcluster_peak_rss_mib),
-                "fleet_cpu_seconds": med(&|r| r.coordinator_cpu_seconds + r.worker_cpu_seconds.iter().sum::<f64>()),
-                "coordinator_cpu_seconds": med(&|r| r.coordinator_cpu_seconds),
-                "devcluster_cpu_seconds": med(&|r| r.devcluster_cpu_seconds),
-            }
-        }));
+        report.push(run_report::configuration(
+            UNIT,
+            shape.budget(),
+            args.deployments,
+            &runs,
+        ));
     }
     let result = json!({
         "benchmark": "rollout",
@@ -242,29 +178,7 @@ pub(super) async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "results": report,
     });
     write_json(&args.output, &result)?;
-    println!(
-        "| workers | qps / burst | runs | all rolled out s (median) | API requests | requests / Deployment | settled requests / Deployment | requests/s | fleet CPU s | coordinator peak RSS MiB | worker peak RSS MiB (largest) |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in result["results"].as_array().into_iter().flatten() {
-        let m = &r["median"];
-        let f = |key: &str| m[key].as_f64().unwrap_or(f64::NAN);
-        println!(
-            "| {} | {} / {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} |",
-            r["workers"],
-            r["kube_api_qps"],
-            r["kube_api_burst"],
-            r["runs"].as_array().map_or(0, Vec::len),
-            f("seconds"),
-            f("requests"),
-            f("requests_per_deployment"),
-            f("settled_requests_per_deployment"),
-            f("requests_per_second"),
-            f("fleet_cpu_seconds"),
-            f("coordinator_peak_rss_mib"),
-            f("worker_peak_rss_mib_max"),
-        );
-    }
+    run_report::print_table(UNIT, &report);
     println!("\nJSON written to {}", args.output.display());
     Ok(())
 }
@@ -312,8 +226,8 @@ async fn one_run(
 async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<RunResult> {
     // The clock starts at the first create: from then on the controllers may see work.
     let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), fleet.namespace());
-    let mut watch = RolloutWatch::start(deployments.clone(), args.replicas, args.until);
-    let cpu_before = cpu_of(fleet)?;
+    let mut watch = watch_deployments(deployments.clone(), args.replicas, args.until);
+    let cpu = CpuMark::now(fleet)?;
     let start = Instant::now();
     create_deployments(&deployments, args.deployments, args.replicas).await?;
     let create_seconds = start.elapsed().as_secs_f64();
@@ -322,131 +236,27 @@ async fn measure(args: &RolloutArgs, fleet: &mut LocalFleet) -> anyhow::Result<R
         .wait_for(args.deployments, fleet, args.timeout)
         .await?;
     let seconds = start.elapsed().as_secs_f64();
-
-    // CPU, counters and memory are read before anything stops, so they describe the rollout.
-    let cpu_after = cpu_of(fleet)?;
-    let cpu: Vec<f64> = cpu_after
-        .iter()
-        .zip(&cpu_before)
-        .map(|(a, b)| a - b)
-        .collect();
-    let counted = count_requests(fleet).await?;
-    let mut worker_peak_rss_mib = Vec::new();
-    for worker in fleet.workers() {
-        worker_peak_rss_mib.push(peak_rss_mib(worker)?);
-    }
-    let settled = settle(fleet, counted.total()).await?;
+    // Read before anything stops, so they describe the rollout.
+    let usage = Usage::read(fleet, &cpu).await?;
     Ok(RunResult {
         seconds,
         create_seconds,
-        requests: counted.total(),
-        settled_requests: settled.total(),
-        settled_requests_by_verb: settled.by_verb,
-        requests_by_method: counted.by_method,
-        requests_by_verb: counted.by_verb,
-        requests_not_2xx: counted.not_2xx,
-        coordinator_peak_rss_mib: peak_rss_mib(fleet.coordinator())?,
-        worker_peak_rss_mib,
-        // Not measured on a cluster of the user's: NaN, written as null.
-        devcluster_peak_rss_mib: fleet.devcluster().map_or(Ok(f64::NAN), peak_rss_mib)?,
-        devcluster_cpu_seconds: cpu[0],
-        coordinator_cpu_seconds: cpu[1],
-        worker_cpu_seconds: cpu[2..].to_vec(),
+        usage,
     })
 }
 
-/// The workers' requests, summed over them.
-#[derive(Debug, Default)]
-struct Counted {
-    /// `rest_client_requests_total` by HTTP method.
-    by_method: BTreeMap<String, f64>,
-    /// `flotilla_kube_requests_total` by `<verb> <resource>`.
-    by_verb: BTreeMap<String, f64>,
-    /// Requests without a 2xx answer.
-    not_2xx: f64,
+/// A watch of `deployments` counting those rolled out to `replicas` (`goal`).
+fn watch_deployments(deployments: Api<Deployment>, replicas: i32, goal: Goal) -> DoneWatch {
+    DoneWatch::start(deployments, UNIT, move |d| rolled_out(d, replicas, goal))
 }
 
-impl Counted {
-    fn total(&self) -> f64 {
-        self.by_method.values().sum()
-    }
-}
-
-/// Reads every worker's request counters.
-async fn count_requests(fleet: &LocalFleet) -> anyhow::Result<Counted> {
-    let mut counted = Counted::default();
-    for worker in fleet.workers() {
-        let text = fetch_metrics(worker).await?;
-        for (labels, value) in samples(&text, "rest_client_requests_total") {
-            let method = label(&labels, "method");
-            if !label(&labels, "code").starts_with('2') {
-                counted.not_2xx += value;
-            }
-            *counted.by_method.entry(method).or_insert(0.0) += value;
-        }
-        for (labels, value) in samples(&text, "flotilla_kube_requests_total") {
-            let verb = format!("{} {}", label(&labels, "verb"), label(&labels, "resource"));
-            *counted.by_verb.entry(verb).or_insert(0.0) += value;
-        }
-    }
-    Ok(counted)
-}
-
-fn label(labels: &[(String, String)], name: &str) -> String {
-    labels
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default()
-}
-
-/// The workers' requests once they stopped changing for [`SETTLE_QUIET`] (at most [`SETTLE_MAX`]
-/// after the rollout; the Events recorded last are still being written until then).
-async fn settle(fleet: &LocalFleet, mut last_total: f64) -> anyhow::Result<Counted> {
-    let deadline = Instant::now() + SETTLE_MAX;
-    loop {
-        tokio::time::sleep(SETTLE_QUIET).await;
-        let counted = count_requests(fleet).await?;
-        if counted.total() == last_total || Instant::now() >= deadline {
-            return Ok(counted);
-        }
-        last_total = counted.total();
-    }
-}
-
-/// CPU seconds so far of the devcluster (NaN on a cluster of the user's), the coordinator and each
-/// worker, in that order.
-fn cpu_of(fleet: &LocalFleet) -> anyhow::Result<Vec<f64>> {
-    let devcluster = fleet.devcluster().map_or(Ok(f64::NAN), cpu_seconds)?;
-    std::iter::once(Ok(devcluster))
-        .chain(
-            std::iter::once(fleet.coordinator())
-                .chain(fleet.workers())
-                .map(cpu_seconds),
-        )
-        .collect()
-}
-
-/// Creates Deployments `roll-0` … `roll-{n-1}` of `replicas` replicas, [`CREATE_CONCURRENCY`] at once.
-pub(super) async fn create_deployments(
+/// Creates Deployments `roll-0` … `roll-{n-1}` of `replicas` replicas.
+async fn create_deployments(
     deployments: &Api<Deployment>,
     n: usize,
     replicas: i32,
 ) -> anyhow::Result<()> {
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let deployments = deployments.clone();
-            async move {
-                let object: Deployment = serde_json::from_value(deployment_object(i, replicas))?;
-                deployments
-                    .create(&PostParams::default(), &object)
-                    .await
-                    .with_context(|| format!("cannot create Deployment {}", deployment_name(i)))
-            }
-        })
-        .buffer_unordered(CREATE_CONCURRENCY)
-        .try_for_each(|_| async { Ok(()) })
-        .await
+    create_all(deployments, UNIT, n, |i| deployment_object(i, replicas)).await
 }
 
 /// Creates `n` Deployments of `replicas` in the fleet's namespace and waits until all are rolled out
@@ -462,7 +272,7 @@ pub(super) async fn roll_out(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let deployments: Api<Deployment> = Api::namespaced(fleet.client.clone(), fleet.namespace());
-    let mut watch = RolloutWatch::start(deployments.clone(), replicas, goal);
+    let mut watch = watch_deployments(deployments.clone(), replicas, goal);
     create_deployments(&deployments, n, replicas).await?;
     watch.wait_for(n, fleet, timeout).await
 }
@@ -493,7 +303,7 @@ fn deployment_object(i: usize, replicas: i32) -> serde_json::Value {
 /// Whether `d` has finished rolling out `replicas` replicas: its controller observed the current
 /// generation and every replica is updated; for [`Goal::Available`] also available, with the
 /// Available condition True.
-pub(super) fn rolled_out(d: &Deployment, replicas: i32, goal: Goal) -> bool {
+fn rolled_out(d: &Deployment, replicas: i32, goal: Goal) -> bool {
     let Some(status) = &d.status else {
         return false;
     };

@@ -1,0 +1,101 @@
+//! `flotilla bench jobs` end to end, as a user runs it: the binary starts its own etcd, devcluster
+//! with simulated nodes, coordinator and worker (or, with `FLOTILLA_TEST_KUBECONFIG`, its fleet on that
+//! cluster), runs 3 Jobs of 2 pods to completion, and writes a report that parses and says so.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::binaries::{binary, describe};
+use crate::support::cluster::{KUBECONFIG_ENV, is_external};
+
+/// The longest a small run may take: start-up, the Jobs (a second or two), and the counters settling.
+/// The benchmark's own `--timeout` is shorter, so a stuck run fails with its logs named.
+const RUN_BOUND: Duration = Duration::from_secs(180);
+
+#[tokio::test]
+async fn bench_jobs_runs_every_job_to_completion_and_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let output_path = dir.path().join("jobs.json");
+    let mut args: Vec<String> = [
+        "bench",
+        "jobs",
+        "--jobs",
+        "3",
+        "--completions",
+        "2",
+        "--runs",
+        "1",
+        "--timeout",
+        "90s",
+        "--output",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    args.push(output_path.display().to_string());
+    if let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) {
+        args.push("--kubeconfig".to_owned());
+        args.push(kubeconfig.to_string_lossy().into_owned());
+    }
+    let mut command = tokio::process::Command::new(binary("flotilla"));
+    command.args(&args).kill_on_drop(true);
+    let output = match tokio::time::timeout(RUN_BOUND, command.output()).await {
+        Ok(output) => output.unwrap(),
+        Err(_) => panic!(
+            "`flotilla {}` still runs after {RUN_BOUND:?}",
+            args.join(" ")
+        ),
+    };
+    assert!(output.status.success(), "{}", describe(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("3 of 3 Jobs complete in every run"),
+        "{}",
+        describe(&output)
+    );
+
+    // The table's one row: workers, budget, runs, then numbers.
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("| 1 |"))
+        .unwrap_or_else(|| panic!("no result row\n{}", describe(&output)));
+    let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+    assert_eq!(cells.len(), 11, "{row}");
+    assert_eq!(cells[1], "20.0 / 30", "KCM's default budget: {row}");
+    for cell in &cells[3..] {
+        assert!(
+            cell.parse::<f64>().is_ok(),
+            "{cell:?} of {row} is no number"
+        );
+    }
+
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&output_path).unwrap()).unwrap();
+    assert_eq!(report["benchmark"], "jobs");
+    assert_eq!(report["jobs"], 3);
+    assert_eq!(report["completions"], 2);
+    assert_eq!(report["parallelism"], 2, "defaults to the completions");
+    let result = &report["results"][0];
+    assert_eq!(result["complete"], 3, "{report:#}");
+    assert_eq!(result["workers"], 1);
+    assert_eq!(result["runs"].as_array().map(Vec::len), Some(1));
+    let median = &result["median"];
+    assert!(median["seconds"].as_f64().unwrap() > 0.0, "{report:#}");
+    assert!(
+        median["requests_per_job"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
+    assert!(median["fleet_cpu_seconds"].as_f64().is_some(), "{report:#}");
+    assert!(
+        median["coordinator_peak_rss_mib"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
+    let run = &result["runs"][0];
+    assert_eq!(run["worker_peak_rss_mib"].as_array().map(Vec::len), Some(1));
+    if !is_external() {
+        // Alone on its devcluster the fleet's job controller made every pod: 3 Jobs × 2, no more.
+        assert_eq!(run["requests_by_verb"]["create pods"], 6.0, "{report:#}");
+        assert!(run["devcluster_peak_rss_mib"].as_f64().unwrap() > 0.0);
+    }
+}
