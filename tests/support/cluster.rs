@@ -1,6 +1,10 @@
 //! The cluster a test runs against: by default a devcluster (local API server on a throwaway etcd,
 //! optionally with simulated nodes) owned by the test; with `FLOTILLA_TEST_KUBECONFIG` set, the
 //! cluster that kubeconfig names, unchanged.
+//!
+//! Each [`TestCluster`] is one test's and owns that test's scope (`support::namespace`): its
+//! kubeconfig is a copy of the cluster's whose contexts name the scope as their default namespace,
+//! so its clients and the fleets started on it know which namespaces are the test's.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,7 +14,10 @@ use flotilla_devcluster::{
     AuthConfig, AuthorizationMode, Decision, DevCluster, DevClusterConfig, EtcdServer, NodeControl,
     NodeSimulator, SimConfig, control_router,
 };
+use kube::config::Kubeconfig;
 use tempfile::TempDir;
+
+use super::namespace::{new_scope, scope_selector, unique_namespace};
 
 /// Environment variable naming a kubeconfig: tests then run against that cluster instead of a devcluster.
 pub const KUBECONFIG_ENV: &str = "FLOTILLA_TEST_KUBECONFIG";
@@ -106,8 +113,19 @@ impl TestClusterBuilder {
             .await
             .unwrap_or_else(|err| panic!("cannot start etcd for the test: {err}"));
         let control = NodeControl::new();
-        let (devcluster, kubeconfig) = match std::env::var_os(KUBECONFIG_ENV) {
-            Some(path) => (None, PathBuf::from(path)),
+        let scope = new_scope();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let devcluster = match std::env::var_os(KUBECONFIG_ENV) {
+            Some(path) => {
+                // Absolute, so the files it names resolve against its own directory.
+                let path = std::path::absolute(PathBuf::from(path))
+                    .unwrap_or_else(|err| panic!("cannot resolve {KUBECONFIG_ENV}: {err}"));
+                let file = Kubeconfig::read_from(&path).unwrap_or_else(|err| {
+                    panic!("cannot read {KUBECONFIG_ENV}={}: {err}", path.display())
+                });
+                write_scoped(file, &scope, &kubeconfig);
+                None
+            }
             None => {
                 let listen: SocketAddr = ([127, 0, 0, 1], 0).into();
                 let config = DevClusterConfig {
@@ -120,11 +138,8 @@ impl TestClusterBuilder {
                 let cluster = DevCluster::start_with_auth(config, self.auth)
                     .await
                     .unwrap_or_else(|err| panic!("cannot start devcluster: {err}"));
-                let path = dir.path().join("kubeconfig");
-                cluster
-                    .write_kubeconfig(&path)
-                    .unwrap_or_else(|err| panic!("cannot write the devcluster kubeconfig: {err}"));
-                (Some(cluster), path)
+                write_scoped(cluster.kubeconfig(), &scope, &kubeconfig);
+                Some(cluster)
             }
         };
         let client = client_from(&kubeconfig).await;
@@ -140,6 +155,7 @@ impl TestClusterBuilder {
         TestCluster {
             simulator,
             client,
+            scope,
             kubeconfig,
             devcluster,
             etcd,
@@ -155,6 +171,8 @@ pub struct TestCluster {
     // before its etcd.
     simulator: Option<NodeSimulator>,
     client: kube::Client,
+    /// This test's scope (`support::namespace`).
+    scope: String,
     kubeconfig: PathBuf,
     /// None when the tests run against an external cluster.
     devcluster: Option<DevCluster>,
@@ -178,12 +196,34 @@ impl TestCluster {
         self.devcluster.is_some()
     }
 
-    /// A client for the cluster.
+    /// A client for the cluster, carrying this test's scope as its default namespace (which does
+    /// not exist: name namespaces explicitly).
     pub fn client(&self) -> kube::Client {
         self.client.clone()
     }
 
-    /// A kubeconfig file for the cluster (for kubectl or processes the test starts).
+    /// This test's scope: the [`SCOPE_LABEL`](super::namespace::SCOPE_LABEL) value of the
+    /// namespaces [`unique_namespace`] makes with [`TestCluster::client`].
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The `--namespace-selector` that covers this test's namespaces (what
+    /// [`Fleet::coordinator`](super::fleet::Fleet::coordinator) adds on a shared cluster).
+    pub fn scope_selector(&self) -> String {
+        scope_selector(&self.scope)
+    }
+
+    /// A new namespace of this test, named `{prefix}-{random}` (see [`unique_namespace`]).
+    ///
+    /// # Panics
+    /// When the namespace cannot be created.
+    pub async fn namespace(&self, prefix: &str) -> String {
+        unique_namespace(&self.client, prefix).await
+    }
+
+    /// A kubeconfig file for the cluster (for kubectl or processes the test starts): a copy of the
+    /// cluster's, private to this test, whose contexts' default namespace is [`TestCluster::scope`].
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig
     }
@@ -250,6 +290,24 @@ impl TestCluster {
             .start_node(name)
             .unwrap_or_else(|err| panic!("start_node({name}): {err}"));
     }
+}
+
+/// Writes `file` to `dest` (JSON, which kubeconfig readers accept as YAML) with `scope` as the
+/// default namespace of every context. [`Kubeconfig::read_from`] has made its file paths absolute, so
+/// the copy works from anywhere.
+///
+/// # Panics
+/// When the file cannot be encoded or written.
+fn write_scoped(mut file: Kubeconfig, scope: &str, dest: &Path) {
+    for named in &mut file.contexts {
+        if let Some(context) = named.context.as_mut() {
+            context.namespace = Some(scope.to_owned());
+        }
+    }
+    let text = serde_json::to_string_pretty(&file)
+        .unwrap_or_else(|err| panic!("cannot encode a kubeconfig: {err}"));
+    std::fs::write(dest, text)
+        .unwrap_or_else(|err| panic!("cannot write kubeconfig {}: {err}", dest.display()));
 }
 
 /// A client for the cluster a kubeconfig file names.

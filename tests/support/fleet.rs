@@ -153,6 +153,10 @@ pub struct Fleet {
     /// How [`Fleet::status`] reaches the leader: plaintext, as every process started without TLS flags
     /// runs (`--insecure-plaintext`); set it to mutual TLS for a fleet started with `--tls-*` flags.
     pub admin: ClientTransport,
+    /// The test's scope, read from the kubeconfig the fleet was made with (see
+    /// `support::namespace`); `None` for a kubeconfig no [`TestCluster`](super::cluster::TestCluster)
+    /// wrote.
+    pub scope: Option<String>,
     dir: Option<TempDir>,
 }
 
@@ -190,7 +194,10 @@ impl Fleet {
         (fleet, procs)
     }
 
-    /// A fleet with a unique name on `etcd_endpoints`, using the cluster behind `kubeconfig`.
+    /// A fleet with a unique name on `etcd_endpoints`, using the cluster behind `kubeconfig`, in the
+    /// scope that kubeconfig carries (a [`TestCluster`](super::cluster::TestCluster)'s does); it is
+    /// read now, so pointing [`Fleet::kubeconfig`] at another file afterwards (a least-privilege
+    /// identity) keeps it.
     pub fn new(etcd_endpoints: Vec<String>, kubeconfig: &Path) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("flotilla-fleet-")
@@ -202,6 +209,7 @@ impl Fleet {
             etcd_endpoints,
             kubeconfig: kubeconfig.to_path_buf(),
             admin: ClientTransport::Plaintext,
+            scope: scope_in(kubeconfig),
             dir: Some(dir),
         }
     }
@@ -232,17 +240,18 @@ impl Fleet {
     /// Starts `flotilla coordinator` with test timing (lease 3 s).
     ///
     /// On a shared cluster (`FLOTILLA_TEST_KUBECONFIG`) the coordinator is scoped to this test's
-    /// namespaces — those [`unique_namespace`](super::namespace::unique_namespace) creates, before or
-    /// after the fleet starts — with `--namespace-selector flotilla.dev/test-scope=<scope>`, unless
-    /// `extra` scopes it already. A selector rather than `--namespaces <list>`, because most tests
-    /// create their namespaces after their fleet is up and a list is fixed at start-up. So tests running
-    /// in parallel on one cluster never reconcile each other's objects. What stays cluster-wide by
-    /// nature: cluster-scoped kinds (Nodes, PersistentVolumes, …) are seen by every test's fleet, so
-    /// a garbage collector still deletes a cluster-scoped dependent whose owners are all gone (it
-    /// decides against the API, so two fleets agree, and a test's cluster-scoped objects should carry
-    /// its random suffix in their names); the namespace and serviceaccount controllers act only on
-    /// the test's own Namespaces, which are scoped by name. On a devcluster (one per test) nothing is
-    /// added.
+    /// namespaces — those [`unique_namespace`](super::namespace::unique_namespace) creates with the
+    /// test's client, before or after the fleet starts — with `--namespace-selector
+    /// flotilla.dev/test-scope=<scope>` ([`Fleet::scope`]), unless `extra` scopes it already. A selector
+    /// rather than `--namespaces <list>`, because most tests create their namespaces after their fleet
+    /// is up and a list is fixed at start-up. So tests running in parallel on one cluster, in one
+    /// process or many, never reconcile each other's objects, nor namespaces earlier tests left.
+    /// What stays cluster-wide by nature: cluster-scoped kinds (Nodes, PersistentVolumes, …) are seen
+    /// by every test's fleet, so a garbage collector still deletes a cluster-scoped dependent whose
+    /// owners are all gone (it decides against the API, so two fleets agree, and a test's
+    /// cluster-scoped objects should carry its random suffix in their names); the namespace and
+    /// serviceaccount controllers act only on the test's own Namespaces, which the selector picks too.
+    /// On a devcluster (one per test) nothing is added.
     pub fn coordinator(&self, id: &str, extra: &[&str]) -> Proc {
         let mut args: Vec<String> = [
             "coordinator",
@@ -276,8 +285,15 @@ impl Fleet {
             .iter()
             .any(|a| a.starts_with("--namespaces") || a.starts_with("--namespace-selector"));
         if super::cluster::is_external() && !scoped {
+            let scope = self.scope.as_deref().unwrap_or_else(|| {
+                panic!(
+                    "fleet {} has no test scope: make it with the kubeconfig of the test's \
+                     TestCluster (kubeconfig_path), or pass --namespaces",
+                    self.name
+                )
+            });
             args.push("--namespace-selector".into());
-            args.push(super::namespace::scope_selector());
+            args.push(super::namespace::scope_selector(scope));
         }
         self.spawn(id, &binary("flotilla"), &args)
     }
@@ -359,6 +375,19 @@ impl Fleet {
     pub fn dir(&self) -> &Path {
         self.dir.as_ref().map_or(Path::new("/tmp"), TempDir::path)
     }
+}
+
+/// The scope (`support::namespace`) a kubeconfig carries: the default namespace of its current
+/// context (without one, its first), when that is a scope.
+fn scope_in(kubeconfig: &Path) -> Option<String> {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).ok()?;
+    let current = file.current_context.as_deref();
+    let named = match current {
+        Some(name) => file.contexts.iter().find(|c| c.name == name)?,
+        None => file.contexts.first()?,
+    };
+    let namespace = named.context.as_ref()?.namespace.clone()?;
+    super::namespace::is_scope(&namespace).then_some(namespace)
 }
 
 /// Adds `--insecure-plaintext` to a fleet process's `args` unless its `extra` flags choose the transport

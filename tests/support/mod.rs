@@ -3,9 +3,9 @@
 //! HTTP and watch helpers.
 //!
 //! On a cluster named by `FLOTILLA_TEST_KUBECONFIG`, which other tests may share, every namespace a test
-//! makes is labelled with its process's scope (`namespace::test_scope`) and every coordinator it starts
-//! covers only those namespaces (`fleet::Fleet::coordinator`), so parallel tests never touch each other's
-//! objects.
+//! makes is labelled with its test's scope (owned by its `cluster::TestCluster`, see `namespace`) and
+//! every coordinator it starts covers only those namespaces (`fleet::Fleet::coordinator`), so parallel
+//! tests never touch each other's objects.
 //!
 //! Declare it in a test binary with `pub mod support;` (not `mod support;`): the helpers are then
 //! reachable public items, so a binary that uses only some of them gets no dead-code warnings.
