@@ -11,12 +11,14 @@ mod api {
     pub mod common;
 
     mod annotations;
+    mod batch_validation;
     mod compaction;
     mod crd;
     mod crud;
     mod defaults;
     mod discovery;
     mod errors;
+    mod eviction;
     mod kube_rs;
     mod kubectl;
     mod lifecycle;
@@ -28,5 +30,6 @@ mod api {
     mod quota;
     mod rbac;
     mod simnodes;
+    mod simnodes_claims;
     mod watch;
 }

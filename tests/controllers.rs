@@ -10,7 +10,9 @@ pub mod support;
 
 mod controllers {
     mod cronjob;
+    mod daemonset;
     mod deployment;
+    mod disruption;
     mod events;
     mod garbagecollector;
     mod job;
@@ -19,5 +21,6 @@ mod controllers {
     mod podgc;
     mod replicaset;
     mod serviceaccount;
+    mod statefulset;
     mod ttlafterfinished;
 }

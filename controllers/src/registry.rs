@@ -10,8 +10,8 @@ use flotilla_sdk::k8s_openapi::api::core::v1::ReplicationController;
 use crate::rbac::{self, Rules};
 use crate::settings::Settings;
 use crate::{
-    cronjob, deployment, garbagecollector, job, namespace, podgc, replicaset, serviceaccount,
-    ttlafterfinished,
+    cronjob, daemonset, deployment, disruption, garbagecollector, job, namespace, podgc,
+    replicaset, serviceaccount, statefulset, ttlafterfinished,
 };
 
 /// One built-in controller.
@@ -184,6 +184,37 @@ pub fn builtins() -> &'static [Builtin] {
             build: |name| cronjob::controller(name, cronjob::ScheduleClock::default()).into(),
             worker_rules: rbac::cronjob,
         },
+        Builtin {
+            name: "statefulset",
+            kcm_name: "statefulset-controller",
+            event_source: "statefulset-controller",
+            flag: "statefulset",
+            default_concurrency: 5,
+            build: |name| statefulset::controller(name).into(),
+            worker_rules: rbac::statefulset,
+        },
+        Builtin {
+            name: "disruption",
+            kcm_name: "disruption-controller",
+            // Upstream's recorder in `pkg/controller/disruption` reports as `controllermanager`.
+            event_source: "controllermanager",
+            flag: "disruption",
+            // kube-controller-manager runs this controller with one worker (plus its recheck and
+            // stale-pod queues) and has no flag for it; ours is `--concurrent-disruption-syncs`
+            // with that default: one sync per PDB is cheap, and the fleet's workers add up.
+            default_concurrency: 1,
+            build: |name| disruption::controller(name).into(),
+            worker_rules: rbac::disruption,
+        },
+        Builtin {
+            name: "daemonset",
+            kcm_name: "daemonset-controller",
+            event_source: "daemonset-controller",
+            flag: "daemonset",
+            default_concurrency: 2,
+            build: |name| daemonset::controller(name).into(),
+            worker_rules: rbac::daemonset,
+        },
     ]
 }
 
@@ -212,6 +243,9 @@ mod tests {
         assert_eq!(concurrency("ttl-after-finished"), 5);
         assert_eq!(concurrency("podgc"), 1);
         assert_eq!(concurrency("cronjob"), 5);
+        assert_eq!(concurrency("daemonset"), 2);
+        assert_eq!(concurrency("statefulset"), 5);
+        assert_eq!(concurrency("disruption"), 1);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Least privilege, proven: a devcluster authorizing with RBAC, a fleet whose coordinator and
 //! workers each present a ServiceAccount token bound only to `flotilla rbac`'s rules for their role.
 //! With `--controllers '*'` it rolls out Deployments and a ReplicationController, runs a Job, has a
-//! CronJob start one, garbage-collects (a
-//! Deployment deleted with background propagation takes its ReplicaSets and pods; a ConfigMap owned
-//! by a deleted ConfigMap goes) and deletes a namespace. With the narrow controllers only
+//! CronJob start one, scales a StatefulSet with a claim up and away, runs a DaemonSet, keeps a PodDisruptionBudget's
+//! status, garbage-collects (a Deployment deleted with background propagation takes its ReplicaSets
+//! and pods; a ConfigMap owned by a deleted ConfigMap goes) and deletes a namespace. With the narrow controllers only
 //! (`deployment,replicaset,replicationcontroller,serviceaccount`: no garbage collector or namespace
 //! controller, whose wildcards cover much of the others' rules) it rolls out and adopts orphans; the
 //! garbage collector alone handles each propagation policy; the namespace controller alone empties
@@ -426,6 +426,26 @@ fn assert_every_rule_needed(
     );
 }
 
+/// A PodDisruptionBudget of `minAvailable: 50%` over Deployment web's pods: the disruption
+/// controller reads the ReplicaSet and the Deployment for the expected count and writes the budget's
+/// status through `poddisruptionbudgets/status`.
+async fn keep_a_budget(admin: &kube::Client, ns: &str) {
+    let path = format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets");
+    let budget = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}},
+    });
+    raw::post(admin, &path, &budget).await.expect_ok(201);
+    wait_for(CONVERGE, "PodDisruptionBudget web's status", || async {
+        let pdb = raw::get(admin, &format!("{path}/web")).await.expect_ok(200);
+        let status = &pdb["status"];
+        (status["observedGeneration"] == 1 && status["expectedPods"].as_i64() > Some(0))
+            .then_some(())
+    })
+    .await;
+}
+
 /// A Job runs to completion: the job controller creates its pod (carrying `blockOwnerDeletion`, hence
 /// `jobs/finalizers` `update`), removes the pod's tracking finalizer and patches the Job's status.
 async fn run_a_job(admin: &kube::Client, ns: &str) {
@@ -481,6 +501,84 @@ async fn run_a_cronjob(admin: &kube::Client, ns: &str) {
     raw::patch(admin, &format!("{path}/tick"), merge, &suspend)
         .await
         .expect_ok(200);
+}
+
+/// A StatefulSet of one pod with a claim, both claim policies Delete, scaled to none: the statefulset
+/// controller creates its revision, claim and pod (the claim owned by the set, carrying
+/// `blockOwnerDeletion`, as the pod: `statefulsets/finalizers` `update`), then hands the claim to the
+/// scaled-away pod (`pods/finalizers` `update`) so the garbage collector deletes it with the pod.
+async fn run_a_statefulset(admin: &kube::Client, ns: &str) {
+    let set = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "db"}},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Delete"},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            }],
+        },
+    });
+    let path = format!("/apis/apps/v1/namespaces/{ns}/statefulsets");
+    raw::post(admin, &path, &set).await.expect_ok(201);
+    wait_for(CONVERGE, "StatefulSet db's pod to be ready", || async {
+        let set = raw::get(admin, &format!("{path}/db")).await.expect_ok(200);
+        (set["status"]["readyReplicas"] == 1).then_some(())
+    })
+    .await;
+    let scale = json!({"spec": {"replicas": 0}});
+    let merge = "application/merge-patch+json";
+    raw::patch(admin, &format!("{path}/db"), merge, &scale)
+        .await
+        .expect_ok(200);
+    let claim = format!("/api/v1/namespaces/{ns}/persistentvolumeclaims/data-db-0");
+    wait_for(
+        CONVERGE,
+        "the claim of the scaled-away pod to be deleted",
+        || async {
+            let claim = raw::get(admin, &claim).await;
+            (claim.status == 404 || claim.json()["metadata"]["deletionTimestamp"].is_string())
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// A DaemonSet on one node (its nodeSelector names the first simulated node, which the node
+/// simulator's binder honours): the daemonset controller creates its revision and its pod (both
+/// carrying `blockOwnerDeletion`: `daemonsets/finalizers` `update`) and writes its status.
+async fn run_a_daemonset(admin: &kube::Client, ns: &str) {
+    let node = "sim-node-0";
+    let ds = json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            },
+        },
+    });
+    let path = format!("/apis/apps/v1/namespaces/{ns}/daemonsets");
+    raw::post(admin, &path, &ds).await.expect_ok(201);
+    wait_for(CONVERGE, "DaemonSet agent's pod to be ready", || async {
+        let ds = raw::get(admin, &format!("{path}/agent"))
+            .await
+            .expect_ok(200);
+        (ds["status"]["numberReady"] == 1 && ds["status"]["desiredNumberScheduled"] == 1)
+            .then_some(())
+    })
+    .await;
 }
 
 /// Orphans adopted: a pod by a ReplicaSet and by a ReplicationController (each reads its owner live
@@ -690,11 +788,18 @@ async fn a_fleet_bound_only_to_flotilla_rbacs_rules_does_its_work_and_needs_ever
     let admin = &lp.admin;
     let ns = unique_namespace(admin, "lp").await;
     roll_out(admin, &ns).await;
+    keep_a_budget(admin, &ns).await;
     run_a_job(admin, &ns).await;
     run_a_cronjob(admin, &ns).await;
+    run_a_statefulset(admin, &ns).await;
+    run_a_daemonset(admin, &ns).await;
     collect_garbage(admin, &ns).await;
     delete_a_namespace(admin).await;
-    lp.assert_every_rule_needed(&[]);
+    lp.assert_every_rule_needed(&[(
+        "pods/status",
+        "update",
+        "the disruption controller resets a stale DisruptionTarget condition only after 2 minutes",
+    )]);
 
     // One rule removed for real: the Deployment's status can no longer be written, and the worker
     // says why in upstream's words.

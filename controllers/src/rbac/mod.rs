@@ -16,6 +16,6 @@ pub use coordinator::coordinator_rules;
 pub use fleet::{FleetRules, fleet_rules};
 pub use rules::{ALL, Rules};
 pub(crate) use worker::{
-    cronjob, deployment, garbagecollector, job, namespace, podgc, replicaset,
-    replicationcontroller, serviceaccount, ttlafterfinished,
+    cronjob, daemonset, deployment, disruption, garbagecollector, job, namespace, podgc,
+    replicaset, replicationcontroller, serviceaccount, statefulset, ttlafterfinished,
 };

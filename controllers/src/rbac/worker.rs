@@ -138,9 +138,86 @@ pub(crate) fn cronjob() -> Rules {
     rules
 }
 
+/// The disruption controller replaces `poddisruptionbudgets/status` (guarded by resourceVersion, as
+/// upstream's update); it reads the controllers of a budget's pods live when the budget is a
+/// percentage or a `maxUnavailable` (ReplicaSets and Deployments by object, every other kind through
+/// its `/scale` subresource, custom resources included, hence the wildcard); it re-reads a pod live
+/// before resetting a stale `DisruptionTarget` condition through an update of `pods/status`.
+pub(crate) fn disruption() -> Rules {
+    let mut rules = Rules::new()
+        .grant("policy", &["poddisruptionbudgets/status"], &["update"])
+        .grant("apps", &["replicasets", "deployments"], &["get"])
+        .grant(ALL, &["*/scale"], &["get"])
+        .grant("", &["pods"], &["get"])
+        .grant("", &["pods/status"], &["update"]);
+    rules.extend(&events());
+    rules
+}
+
+/// The statefulset controller creates, deletes and merge-patches a set's pods (adoption, release,
+/// a repaired identity); creates its PersistentVolumeClaims and merge-patches their ownerReferences
+/// for the retention policy; creates its ControllerRevisions (reading one whose name is taken), merge-
+/// patches them (adoption, a rollback's renumbering) and deletes them beyond the history limit; reads
+/// the set live before an adoption and merge-patches `statefulsets/status`. `statefulsets/finalizers`
+/// `update` lets its pods, revisions and claims carry `blockOwnerDeletion` to the set, `pods/finalizers`
+/// `update` a claim of a scaled-away pod to its pod (`whenScaled: Delete`), see [`replicas`].
+pub(crate) fn statefulset() -> Rules {
+    let mut rules = Rules::new()
+        .grant("", &["pods"], &["create", "delete", "patch"])
+        .grant("", &["persistentvolumeclaims"], &["create", "patch"])
+        .grant("", &["pods/finalizers"], &["update"])
+        .grant(
+            "apps",
+            &["controllerrevisions"],
+            &["create", "delete", "get", "patch"],
+        )
+        .grant("apps", &["statefulsets"], &["get"])
+        .grant("apps", &["statefulsets/status"], &["patch"])
+        .grant("apps", &["statefulsets/finalizers"], &["update"]);
+    rules.extend(&events());
+    rules
+}
+
+/// The daemonset controller creates and deletes a DaemonSet's pods, merge-patches them (adoption,
+/// release, the hash label of a deduplicated revision); creates its ControllerRevisions (reading one
+/// whose name is taken), merge-patches them (adoption, release, the hash label, renumbering) and
+/// deletes them beyond the history limit; reads the DaemonSet live before an adoption and
+/// merge-patches `daemonsets/status` (counts and `collisionCount`). `daemonsets/finalizers` `update`
+/// lets its pods and revisions carry `blockOwnerDeletion` (see [`replicas`]).
+pub(crate) fn daemonset() -> Rules {
+    let mut rules = Rules::new()
+        .grant("", &["pods"], &["create", "delete", "patch"])
+        .grant(
+            "apps",
+            &["controllerrevisions"],
+            &["create", "delete", "get", "patch"],
+        )
+        .grant("apps", &["daemonsets"], &["get"])
+        .grant("apps", &["daemonsets/status"], &["patch"])
+        .grant("apps", &["daemonsets/finalizers"], &["update"]);
+    rules.extend(&events());
+    rules
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_disruption_controller_writes_budget_status_and_reads_scales() {
+        let rules = disruption();
+        assert!(rules.allows("policy", "poddisruptionbudgets/status", "update"));
+        assert!(!rules.allows("policy", "poddisruptionbudgets", "update"));
+        let scale = rules
+            .policy_rules()
+            .into_iter()
+            .find(|r| r.resources.as_deref() == Some(&["*/scale".to_owned()][..]));
+        let scale = scale.expect("the scale of every kind, as upstream's role");
+        assert_eq!(scale.api_groups.as_deref(), Some(&["*".to_owned()][..]));
+        assert_eq!(scale.verbs, ["get"]);
+        assert!(rules.allows("", "pods/status", "update"));
+        assert!(!rules.allows("", "pods", "delete"));
+    }
 
     #[test]
     fn the_serviceaccount_controller_only_creates_serviceaccounts() {

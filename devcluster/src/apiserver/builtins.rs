@@ -4,6 +4,7 @@ use super::defaults as d;
 use super::defaults_scaling_network as dsn;
 use super::registry::{GcDefault, Generation, NameRule, ResourceInfo, ScalePaths, Subresources};
 use super::validation as v;
+use super::validation_batch as vb;
 
 struct Spec {
     group: &'static str,
@@ -34,6 +35,7 @@ fn base(s: Spec) -> ResourceInfo {
         subresources: Subresources::default(),
         defaulter: d::nothing,
         prepare_create: d::nothing,
+        prepare_update: d::nothing_on_update,
         validate: v::nothing,
         validate_update: v::nothing_on_update,
         pod_templates: &[],
@@ -186,6 +188,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
             r.subresources = Subresources {
                 status: true,
                 binding: true,
+                eviction: true,
                 ..Default::default()
             };
             r.defaulter = d::pod;
@@ -306,7 +309,10 @@ pub fn builtins() -> Vec<ResourceInfo> {
             v::selector_workload,
             Generation::Spec,
         )
-        .with(|r| r.subresources = status()),
+        .with(|r| {
+            r.subresources = status();
+            r.prepare_update = d::daemonset_update;
+        }),
         workload(
             spec!(
                 "apps",
@@ -372,7 +378,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
             ),
             d::cronjob,
             d::empty_status_create,
-            v::nothing,
+            vb::cronjob,
             Generation::Spec,
         )
         .with(|r| {
@@ -383,10 +389,11 @@ pub fn builtins() -> Vec<ResourceInfo> {
             spec!("batch", "jobs", "job", "Job", true, &[], true, "jobs"),
             d::job,
             d::job_create,
-            v::nothing,
+            vb::job,
             Generation::Spec,
         )
         .with(|r| {
+            r.validate_update = vb::job_update;
             r.subresources = status();
             r.gc_default = GcDefault::Orphan;
             r.field_labels = vec!["status.successful".into()];

@@ -379,14 +379,35 @@ pub fn daemonset(v: &mut Value) {
     dflt(spec, "revisionHistoryLimit", json!(10));
 }
 
+/// The annotation apps/v1 carries a DaemonSet's template generation in (upstream's internal
+/// `spec.templateGeneration`).
+const TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
+/// DaemonSet update: a changed pod template bumps the template generation, as upstream's strategy
+/// does; the daemonset controller labels pods with it (`pod-template-generation`).
+pub fn daemonset_update(new: &mut Value, old: &Value) {
+    if new["spec"]["template"] == old["spec"]["template"] {
+        return;
+    }
+    let previous = old["metadata"]["annotations"][TEMPLATE_GENERATION]
+        .as_str()
+        .and_then(|g| g.parse::<i64>().ok())
+        .unwrap_or(0);
+    let Some(m) = obj(new) else { return };
+    child(child(m, "metadata"), "annotations").insert(
+        TEMPLATE_GENERATION.into(),
+        json!((previous + 1).to_string()),
+    );
+}
+
+/// No update preparation.
+pub fn nothing_on_update(_: &mut Value, _: &Value) {}
+
 /// DaemonSet create: template generation annotation and zeroed status.
 pub fn daemonset_create(v: &mut Value) {
     let Some(m) = obj(v) else { return };
     let annotations = child(child(m, "metadata"), "annotations");
-    annotations.insert(
-        "deprecated.daemonset.template.generation".into(),
-        json!("1"),
-    );
+    annotations.insert(TEMPLATE_GENERATION.into(), json!("1"));
     m.insert(
         "status".into(),
         json!({"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0, "numberReady": 0}),
@@ -434,24 +455,44 @@ pub fn statefulset_create(v: &mut Value) {
 fn job_spec(spec: &mut Map<String, Value>) {
     // Upstream `SetDefaults_Job`: completions default to 1 only when parallelism is unset too; a Job
     // with parallelism and no completions is a work queue.
-    let unset = |key: &str| spec.get(key).is_none_or(Value::is_null);
-    if unset("completions") && unset("parallelism") {
+    let unset = |spec: &Map<String, Value>, key: &str| spec.get(key).is_none_or(Value::is_null);
+    if unset(spec, "completions") && unset(spec, "parallelism") {
         spec.insert("completions".into(), json!(1));
     }
     dflt(spec, "parallelism", json!(1));
-    let indexed = spec.get("completionMode").and_then(Value::as_str) == Some("Indexed");
-    dflt(
-        spec,
-        "backoffLimit",
-        json!(if indexed && spec.contains_key("backoffLimitPerIndex") {
-            2147483647
-        } else {
-            6
-        }),
-    );
+    // A per-index backoff limit makes the global one effectively unlimited, whatever the mode.
+    let backoff = if unset(spec, "backoffLimitPerIndex") {
+        6
+    } else {
+        i32::MAX
+    };
+    dflt(spec, "backoffLimit", json!(backoff));
     dflt(spec, "completionMode", json!("NonIndexed"));
     dflt(spec, "suspend", json!(false));
-    let replacement = if spec.contains_key("podFailurePolicy") {
+    dflt(spec, "manualSelector", json!(false));
+    let with_failure_policy = !unset(spec, "podFailurePolicy");
+    if let Some(rules) = spec
+        .get_mut("podFailurePolicy")
+        .and_then(|p| p.get_mut("rules"))
+        .and_then(Value::as_array_mut)
+    {
+        let patterns = rules
+            .iter_mut()
+            .filter_map(|r| r.get_mut("onPodConditions"))
+            .filter_map(Value::as_array_mut)
+            .flatten()
+            .filter_map(Value::as_object_mut);
+        for pattern in patterns {
+            if pattern
+                .get("status")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                pattern.insert("status".into(), json!("True"));
+            }
+        }
+    }
+    let replacement = if with_failure_policy {
         "Failed"
     } else {
         "TerminatingOrFailed"
@@ -460,39 +501,63 @@ fn job_spec(spec: &mut Map<String, Value>) {
     template(spec);
 }
 
-/// Job defaults.
+/// Job defaults (every write), including upstream's copy of the template labels onto a Job that
+/// has none.
 pub fn job(v: &mut Value) {
     let Some(m) = obj(v) else { return };
-    job_spec(child(m, "spec"));
+    let spec = child(m, "spec");
+    job_spec(spec);
+    let template_labels = template_labels(spec);
+    copy_labels_if_none(m, template_labels);
 }
 
-/// Job create: generated selector and the four controller labels (unless manualSelector), empty status.
-pub fn job_create(v: &mut Value) {
-    let uid = v["metadata"]["uid"].as_str().unwrap_or("").to_string();
-    let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
-    let Some(m) = obj(v) else { return };
-    let spec = child(m, "spec");
-    if spec.get("manualSelector") != Some(&json!(true)) {
-        spec.insert("manualSelector".into(), json!(false));
-        spec.insert(
-            "selector".into(),
-            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
-        );
-        let labels = child(child(child(spec, "template"), "metadata"), "labels");
-        labels.insert("batch.kubernetes.io/controller-uid".into(), json!(uid));
-        labels.insert("batch.kubernetes.io/job-name".into(), json!(name));
-        labels.insert("controller-uid".into(), json!(uid));
-        labels.insert("job-name".into(), json!(name));
+fn template_labels(spec: &Map<String, Value>) -> Value {
+    spec.get("template")
+        .map_or(Value::Null, |t| t["metadata"]["labels"].clone())
+}
+
+fn copy_labels_if_none(m: &mut Map<String, Value>, labels: Value) {
+    if !labels.is_object() {
+        return;
     }
-    let labels_to_copy = spec["template"]["metadata"]["labels"].clone();
     let meta = child(m, "metadata");
     if meta
         .get("labels")
         .and_then(Value::as_object)
         .is_none_or(|l| l.is_empty())
     {
-        meta.insert("labels".into(), labels_to_copy);
+        meta.insert("labels".into(), labels);
     }
+}
+
+/// Job create: unless the selector is manual, upstream's `generateSelector` — the job-name and
+/// controller-uid labels (legacy and prefixed) on the template where not set, and the prefixed
+/// controller-uid in the selector's matchLabels where not set; a conflicting value the user chose
+/// is kept for validation to refuse. Then the labels copy and an empty status.
+pub fn job_create(v: &mut Value) {
+    let uid = v["metadata"]["uid"].as_str().unwrap_or("").to_string();
+    let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let Some(m) = obj(v) else { return };
+    let spec = child(m, "spec");
+    if spec.get("manualSelector") != Some(&json!(true)) {
+        let labels = child(child(child(spec, "template"), "metadata"), "labels");
+        for (key, value) in [
+            ("batch.kubernetes.io/controller-uid", &uid),
+            ("batch.kubernetes.io/job-name", &name),
+            ("controller-uid", &uid),
+            ("job-name", &name),
+        ] {
+            dflt(labels, key, json!(value));
+        }
+        let selector = child(spec, "selector");
+        dflt(
+            child(selector, "matchLabels"),
+            "batch.kubernetes.io/controller-uid",
+            json!(uid),
+        );
+    }
+    let labels_to_copy = template_labels(spec);
+    copy_labels_if_none(m, labels_to_copy);
     m.insert("status".into(), json!({}));
 }
 
@@ -765,5 +830,27 @@ mod tests {
         assert_eq!(image_pull_policy("nginx:1.27"), "IfNotPresent");
         assert_eq!(image_pull_policy("localhost:5000/nginx"), "Always");
         assert_eq!(image_pull_policy("repo/nginx@sha256:abc"), "IfNotPresent");
+    }
+
+    #[test]
+    fn a_daemonsets_template_generation_follows_its_template_only() {
+        let old = json!({
+            "metadata": {"annotations": {TEMPLATE_GENERATION: "3"}},
+            "spec": {"minReadySeconds": 0, "template": {"spec": {"containers": [{"image": "a"}]}}},
+        });
+        let mut same_template = old.clone();
+        same_template["spec"]["minReadySeconds"] = json!(5);
+        daemonset_update(&mut same_template, &old);
+        assert_eq!(
+            same_template["metadata"]["annotations"][TEMPLATE_GENERATION],
+            "3"
+        );
+        let mut new_image = old.clone();
+        new_image["spec"]["template"]["spec"]["containers"][0]["image"] = json!("b");
+        daemonset_update(&mut new_image, &old);
+        assert_eq!(
+            new_image["metadata"]["annotations"][TEMPLATE_GENERATION],
+            "4"
+        );
     }
 }

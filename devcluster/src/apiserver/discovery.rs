@@ -74,6 +74,15 @@ fn subresources(
     if r.subresources.binding {
         out.push(("binding", "Binding".to_string(), "", "", vec!["create"]));
     }
+    if r.subresources.eviction {
+        out.push((
+            "eviction",
+            "Eviction".to_string(),
+            "policy",
+            "v1",
+            vec!["create"],
+        ));
+    }
     if r.subresources.finalize {
         out.push(("finalize", r.kind.clone(), "", "", vec!["update"]));
     }

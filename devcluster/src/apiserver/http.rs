@@ -21,7 +21,7 @@ use super::status::ApiError;
 /// Request bodies above this are refused with 413, like upstream's default.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
-fn json_response(code: StatusCode, v: &Value) -> Response {
+pub(super) fn json_response(code: StatusCode, v: &Value) -> Response {
     let body = serde_json::to_vec(v).unwrap_or_default();
     let mut r = (code, body).into_response();
     r.headers_mut().insert(
@@ -447,6 +447,10 @@ async fn resource_op(
             let v = objects::bind(st, t, &bytes).await?;
             Ok(json_response(StatusCode::CREATED, &v))
         }
+        (true, Some("eviction"), &Method::POST) if info.subresources.eviction => {
+            let bytes = read_body(body).await?;
+            super::eviction::evict(st, t, &bytes).await
+        }
         (true, Some(s), _) if known_sub(&info, s) => Err(ApiError::method_not_allowed()),
         _ => Err(ApiError::resource_not_found()),
     }
@@ -457,6 +461,7 @@ fn known_sub(info: &super::registry::ResourceInfo, s: &str) -> bool {
         "status" => info.subresources.status,
         "scale" => info.subresources.scale.is_some(),
         "binding" => info.subresources.binding,
+        "eviction" => info.subresources.eviction,
         "finalize" => info.subresources.finalize,
         _ => false,
     }

@@ -11,6 +11,9 @@
 //! * `watch_cache` — ONE etcd watch on `/registry/` into a ring buffer fanned out to every HTTP watcher.
 //! * `objects` — the generic verbs (create, get, list, update, patch, delete, deletecollection, scale,
 //!   binding) with preconditions, finalizers, generation, managedFields.
+//! * `eviction` — `pods/eviction`: a pod delete checked against the PodDisruptionBudget covering
+//!   the pod, as kube-apiserver's `EvictionREST` (the budgets' status comes from a controller:
+//!   Flotilla's `disruption`).
 //! * `http` / `watch` / `discovery` / `render` — the thin HTTP layer; `protobuf` turns protobuf request
 //!   bodies into JSON at its edge.
 //!
@@ -26,6 +29,8 @@
 //!   first Accept alternative asks for `as=APIGroupDiscoveryList`, which is what kubectl does) are served.
 //!   Only the kinds devcluster implements are listed. No OpenAPI documents (`/openapi/*` is 404, kubectl
 //!   falls back to its built-in schemas).
+//! * `pods/eviction` takes JSON Eviction bodies only (kubectl sends JSON); conflicts are retried at
+//!   once rather than on upstream's 500 ms backoff.
 //! * Watch bookmarks come every `bookmark_interval` (default 1 s; upstream about once a minute).
 //! * The watch cache keeps the last 10 000 events and forgets everything at or below a compaction, so a
 //!   watch or continue token from before a compaction gets 410 Expired at once (upstream may still serve
@@ -71,9 +76,11 @@ mod bootstrap;
 mod builtins;
 mod continue_token;
 mod crd;
+mod cron_schedule;
 mod defaults;
 mod defaults_scaling_network;
 mod discovery;
+mod eviction;
 mod http;
 mod managed_fields;
 mod meta;
@@ -93,6 +100,7 @@ mod status;
 mod storage;
 mod typed;
 mod validation;
+mod validation_batch;
 mod watch;
 mod watch_cache;
 mod yaml;

@@ -741,6 +741,9 @@ where
         }
         // Status writes never bump the generation, whatever metadata they carry along.
         if part != Part::Status {
+            if part == Part::Main {
+                (info.prepare_update)(&mut new, &current);
+            }
             bump_generation(info, &current, &mut new);
         }
         super::auth::admit_rbac_write(st, t, Some(&current), &new).await?;
@@ -933,6 +936,7 @@ pub async fn patch(
 }
 
 /// DELETE options from the query and the optional DeleteOptions body.
+#[derive(Debug, Clone)]
 pub struct DeleteOptions {
     propagation: Option<String>,
     grace: Option<i64>,
@@ -995,6 +999,25 @@ impl DeleteOptions {
                 .as_str()
                 .map(String::from),
         })
+    }
+}
+
+impl DeleteOptions {
+    /// The `preconditions.resourceVersion`, if any.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.rv.as_deref()
+    }
+
+    /// The same options with `preconditions.resourceVersion` set to `rv` (the eviction subresource
+    /// pins the pod it checked this way).
+    pub fn with_resource_version(mut self, rv: String) -> Self {
+        self.rv = Some(rv);
+        self
+    }
+
+    /// The `preconditions.uid`, if any.
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
     }
 }
 

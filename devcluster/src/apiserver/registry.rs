@@ -13,6 +13,9 @@ pub type DefaultFn = fn(&mut Value);
 pub type ValidateFn = fn(&Value) -> Vec<Cause>;
 /// Update-only validation hook, given the new object and the stored one (immutable fields).
 pub type ValidateUpdateFn = fn(&Value, &Value) -> Vec<Cause>;
+/// Update preparation: `(new, old)`; changes `new` from what changed (upstream's strategy
+/// `PrepareForUpdate`).
+pub type PrepareUpdateFn = fn(&mut Value, &Value);
 
 /// How `metadata.generation` is maintained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +72,8 @@ pub struct Subresources {
     pub scale: Option<ScalePaths>,
     /// `/binding` (pods).
     pub binding: bool,
+    /// `/eviction` (pods; see `eviction`).
+    pub eviction: bool,
     /// `/finalize` (namespaces).
     pub finalize: bool,
 }
@@ -100,6 +105,9 @@ pub struct ResourceInfo {
     pub defaulter: DefaultFn,
     /// Create-only preparation (status reset, generated fields).
     pub prepare_create: DefaultFn,
+    /// Update-only preparation of the main resource (a DaemonSet's template generation), before the
+    /// generation is bumped.
+    pub prepare_update: PrepareUpdateFn,
     /// Validation.
     pub validate: ValidateFn,
     /// Validation of updates only (fields that may not change), after `validate`.

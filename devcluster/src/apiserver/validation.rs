@@ -301,7 +301,9 @@ pub fn horizontal_pod_autoscaler(obj: &Value) -> Vec<Cause> {
     causes
 }
 
-fn containers(path: &str, spec: &Value) -> Vec<Cause> {
+/// A pod spec's containers at `path` (e.g. `spec.template.spec`): at least one, each with a name
+/// and an image.
+pub(super) fn containers(path: &str, spec: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     match spec["containers"].as_array() {
         Some(cs) if !cs.is_empty() => {

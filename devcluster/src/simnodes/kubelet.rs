@@ -1,5 +1,7 @@
 //! The pod side of the simulator: one watch on all pods, binding pending ones (standing in for the
-//! scheduler) and moving bound ones through their phases (standing in for each node's kubelet).
+//! scheduler) and moving bound ones through their phases (standing in for each node's kubelet). A
+//! second watch, on PersistentVolumeClaims, keeps pods whose claims do not exist unbound, as the
+//! scheduler would, and binds them when their claims appear.
 //!
 //! One task decides; a second runs the resulting API calls with bounded concurrency; delays are a
 //! single deadline queue, so thousands of pods cost entries in a heap, not sleeping tasks.
@@ -9,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, Preconditions};
 use kube::runtime::WatchStreamExt;
@@ -19,6 +21,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::claims::{self, ClaimKey, Claims, Wait};
 use super::nodes::{patch_params, time_now};
 use super::placement::{Candidate, Placement, wants_binding};
 use super::pod_status::{self, Outcome};
@@ -38,6 +41,8 @@ pub(crate) enum Control {
 /// What has been set in motion for a pod, so repeated watch events do not repeat it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mark {
+    /// `PodScheduled=False` is being reported (a claim is missing).
+    UnschedulableRequested,
     BindRequested,
     StartScheduled,
     StartRequested,
@@ -100,6 +105,7 @@ pub(crate) async fn run(
         pods: HashMap::new(),
         marks: HashMap::new(),
         relisted: None,
+        claims: Claims::default(),
         timers: Timers::new(),
         placement: Placement::default(),
         actions: actions_tx,
@@ -115,6 +121,8 @@ struct Driver {
     marks: HashMap<String, Mark>,
     /// uids seen since the watcher restarted its list, to drop pods deleted while it was away.
     relisted: Option<HashSet<String>>,
+    /// The claims known to exist, gating the binding of pods that mount them.
+    claims: Claims,
     timers: Timers<Timer>,
     placement: Placement,
     actions: mpsc::Sender<Action>,
@@ -128,6 +136,10 @@ impl Driver {
         mut failed: mpsc::UnboundedReceiver<String>,
         cancel: CancellationToken,
     ) {
+        let claims_api: Api<PersistentVolumeClaim> = Api::all(client.clone());
+        let mut claim_events = watcher::watcher(claims_api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
         let api: Api<Pod> = Api::all(client);
         let mut events = watcher::watcher(api, watcher::Config::default())
             .default_backoff()
@@ -151,6 +163,11 @@ impl Driver {
                     Ok(Some(event)) => self.observe(event).await,
                     Ok(None) => return,
                     Err(err) => tracing::warn!(error = %err, "pod watch failed; retrying with backoff"),
+                },
+                event = claim_events.try_next() => match event {
+                    Ok(Some(event)) => self.observe_claim(event).await,
+                    Ok(None) => return,
+                    Err(err) => tracing::warn!(error = %err, "claim watch failed; retrying with backoff"),
                 },
             }
         }
@@ -179,6 +196,30 @@ impl Driver {
                     self.marks.remove(uid);
                 }
             }
+        }
+    }
+
+    /// Records a claim event and looks again at the unbound pods that waited for what changed.
+    async fn observe_claim(&mut self, event: Event<PersistentVolumeClaim>) {
+        let changed = self.claims.observe(event);
+        let waiting = |pod: &Pod| {
+            pod.spec
+                .as_ref()
+                .is_some_and(|s| s.node_name.as_deref().is_none_or(str::is_empty))
+                && !claims::claim_names(pod).is_empty()
+        };
+        let affected = |pod: &Pod, changed: &Option<Vec<ClaimKey>>| match changed {
+            None => true,
+            Some(keys) => keys.iter().any(|key| claims::mounts(pod, key)),
+        };
+        let uids: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, pod)| waiting(pod) && affected(pod, &changed))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in uids {
+            self.reconcile(&uid).await;
         }
     }
 
@@ -232,6 +273,28 @@ impl Driver {
         }
         let Some(node) = node else {
             if wants_binding(pod) && mark != Some(Mark::BindRequested) {
+                match self.claims.wait(pod) {
+                    None => {}
+                    Some(Wait::Unsynced) => return,
+                    Some(Wait::Unschedulable(reason)) => {
+                        let message =
+                            claims::unschedulable_message(&reason, self.shared.nodes.len());
+                        let patch = claims::unschedulable_patch(pod, &message, &time_now());
+                        // A report in flight is not repeated; once one has landed, a changed
+                        // reason is reported again.
+                        let in_flight = mark == Some(Mark::UnschedulableRequested)
+                            && !claims::reported_unschedulable(pod);
+                        if let Some(patch) = patch
+                            && !in_flight
+                        {
+                            let action = status_action(pod, uid, patch);
+                            self.marks
+                                .insert(uid.to_string(), Mark::UnschedulableRequested);
+                            self.send(action).await;
+                        }
+                        return;
+                    }
+                }
                 let candidates: Vec<Candidate<'_>> = self
                     .shared
                     .nodes

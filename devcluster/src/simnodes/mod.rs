@@ -1,7 +1,9 @@
-//! The kwok-like node simulator: simulated nodes with heartbeats, a trivial binder for pending pods,
+//! The kwok-like node simulator: simulated nodes with heartbeats, a trivial binder for pending pods
+//! (which waits, as the scheduler does, for the PersistentVolumeClaims a pod mounts),
 //! and per-node "kubelets" that report pods Running, Failed or Succeeded — all through the public
 //! Kubernetes API.
 
+mod claims;
 mod config;
 mod control;
 mod error;

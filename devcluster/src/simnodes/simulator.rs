@@ -93,7 +93,9 @@ impl SimNodesHandle {
 ///
 /// It registers `sim-node-0..N-1` (Ready, with capacity, the not-ready taint removed), renews their
 /// Leases in `kube-node-lease` and their Ready condition, binds pending default-scheduler pods
-/// (respecting `spec.nodeName` and `spec.nodeSelector`, round-robin otherwise), reports bound pods
+/// (respecting `spec.nodeName` and `spec.nodeSelector`, round-robin otherwise; a pod whose
+/// PersistentVolumeClaim does not exist stays unbound with `PodScheduled=False` / `Unschedulable`
+/// until the claim is created — claims are never bound to volumes), reports bound pods
 /// Running and Ready after [`SimConfig::pod_ready_delay`] (when an image ends in `:fail`: Failed for
 /// restartPolicy Never, otherwise Running but not Ready in `CrashLoopBackOff`; Succeeded after
 /// [`SimConfig::job_pod_duration`] for restartPolicy Never/OnFailure), and finishes

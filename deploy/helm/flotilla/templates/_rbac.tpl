@@ -87,6 +87,41 @@ cronjob:
     - {group: "", resources: [events], verbs: [create, patch]}
   coordinator:
     - {group: batch, resources: [cronjobs, jobs]}
+statefulset:
+  worker:
+    - {group: "", resources: [pods], verbs: [create, delete, patch]}
+    - {group: "", resources: [persistentvolumeclaims], verbs: [create, patch]}
+    - {group: "", resources: [pods/finalizers], verbs: [update]}
+    - {group: apps, resources: [controllerrevisions], verbs: [create, delete, get, patch]}
+    - {group: apps, resources: [statefulsets], verbs: [get]}
+    - {group: apps, resources: [statefulsets/status], verbs: [patch]}
+    - {group: apps, resources: [statefulsets/finalizers], verbs: [update]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: apps, resources: [statefulsets, controllerrevisions]}
+    - {group: "", resources: [pods, persistentvolumeclaims]}
+disruption:
+  worker:
+    - {group: policy, resources: [poddisruptionbudgets/status], verbs: [update]}
+    - {group: apps, resources: [replicasets, deployments], verbs: [get]}
+    - {group: "*", resources: ["*/scale"], verbs: [get]}
+    - {group: "", resources: [pods], verbs: [get]}
+    - {group: "", resources: [pods/status], verbs: [update]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: policy, resources: [poddisruptionbudgets]}
+    - {group: "", resources: [pods]}
+daemonset:
+  worker:
+    - {group: "", resources: [pods], verbs: [create, delete, patch]}
+    - {group: apps, resources: [controllerrevisions], verbs: [create, delete, get, patch]}
+    - {group: apps, resources: [daemonsets], verbs: [get]}
+    - {group: apps, resources: [daemonsets/status], verbs: [patch]}
+    - {group: apps, resources: [daemonsets/finalizers], verbs: [update]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: apps, resources: [daemonsets, controllerrevisions]}
+    - {group: "", resources: [pods, nodes]}
 {{- end }}
 
 {{/*
