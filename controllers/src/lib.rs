@@ -19,6 +19,7 @@ mod garbagecollector;
 mod history;
 mod job;
 mod namespace;
+mod pod_ready;
 mod podgc;
 pub mod rbac;
 mod registry;

@@ -11,11 +11,12 @@ use flotilla_sdk::k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
 };
 use flotilla_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use flotilla_sdk::k8s_openapi::jiff::{SignedDuration, Timestamp};
+use flotilla_sdk::k8s_openapi::jiff::Timestamp;
 use flotilla_sdk::kube::ResourceExt;
 
 use super::super::controller_ref::controller_ref;
 use super::super::history::DAEMONSET_HASH_LABEL;
+pub use super::super::pod_ready::{available_at, is_available, is_ready};
 use super::tolerations::add_daemon_tolerations;
 
 /// The annotation the API server keeps the template generation in
@@ -141,51 +142,6 @@ pub fn is_terminal(pod: &Pod) -> bool {
 /// Being deleted.
 pub fn is_deleting(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
-}
-
-/// When the Ready condition turned True; `None` when the pod is not ready. A ready pod without a
-/// transition time is ready since forever.
-fn ready_since(pod: &Pod) -> Option<Option<Timestamp>> {
-    let condition = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")?;
-    (condition.status == "True").then(|| condition.last_transition_time.as_ref().map(|t| t.0))
-}
-
-/// The Ready condition is True.
-pub fn is_ready(pod: &Pod) -> bool {
-    ready_since(pod).is_some()
-}
-
-/// Upstream `IsPodAvailable`: ready, and with `min_ready_seconds` above zero ready for longer than
-/// that at `now`.
-pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
-    match ready_since(pod) {
-        None => false,
-        Some(_) if min_ready_seconds <= 0 => true,
-        Some(None) => false,
-        Some(Some(since)) => after(since, min_ready_seconds) < now,
-    }
-}
-
-/// `seconds` after `t` (the end of time if that overflows).
-fn after(t: Timestamp, seconds: i32) -> Timestamp {
-    t.checked_add(SignedDuration::from_secs(i64::from(seconds)))
-        .unwrap_or(Timestamp::MAX)
-}
-
-/// When a ready pod that is not yet available becomes available; `None` for a pod that is not
-/// ready, already available, or cannot tell.
-pub fn available_at(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> Option<Timestamp> {
-    let since = ready_since(pod)??;
-    if min_ready_seconds <= 0 || is_available(pod, min_ready_seconds, now) {
-        return None;
-    }
-    Some(after(since, min_ready_seconds))
 }
 
 /// Upstream `IsPodUpdated`: the pod carries the current revision's hash, or the current template
@@ -325,21 +281,6 @@ pub(crate) mod tests {
         p.spec.as_mut().unwrap().node_name = None;
         p.spec.as_mut().unwrap().affinity = None;
         assert_eq!(target_node(&p), None);
-    }
-
-    #[test]
-    fn availability_waits_out_min_ready_seconds() {
-        let p = pod("p", "a", true, "h", 0, Some(100));
-        let at = |s| Timestamp::from_second(s).unwrap();
-        assert!(is_available(&p, 0, at(100)));
-        assert!(
-            !is_available(&p, 10, at(110)),
-            "strictly longer than minReadySeconds"
-        );
-        assert!(is_available(&p, 10, at(111)));
-        assert_eq!(available_at(&p, 10, at(105)), Some(at(110)));
-        assert_eq!(available_at(&p, 10, at(111)), None);
-        assert!(!is_available(&pod("q", "a", true, "h", 0, None), 0, at(0)));
     }
 
     #[test]

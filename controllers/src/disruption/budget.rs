@@ -12,6 +12,7 @@ use flotilla_sdk::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use flotilla_sdk::k8s_openapi::jiff::{SignedDuration, Timestamp};
 use flotilla_sdk::kube::ResourceExt;
 
+pub use super::super::pod_ready::is_ready;
 use super::conditions::{self, SYNC_FAILED};
 
 /// Why a budget value cannot be scaled (upstream's `GetScaledValueFromIntOrPercent` errors).
@@ -47,17 +48,6 @@ pub fn scaled(value: &IntOrString, total: i32, round_up: bool) -> Result<i32, Sc
             Ok(i32::try_from(value).unwrap_or(i32::MAX))
         }
     }
-}
-
-/// Whether the pod's Ready condition is True (upstream's `IsPodReady`, the PDB's notion of
-/// healthy).
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 fn expiry(at: &Time, timeout: Duration) -> Timestamp {

@@ -6,6 +6,7 @@
 use flotilla_sdk::k8s_openapi::api::core::v1::Pod;
 use flotilla_sdk::k8s_openapi::jiff::Timestamp;
 
+pub use super::super::pod_ready::is_ready;
 use super::names::{COMPLETION_INDEX, TRACKING_FINALIZER};
 
 fn phase(pod: &Pod) -> Option<&str> {
@@ -52,14 +53,6 @@ pub fn has_finalizer(pod: &Pod) -> bool {
         .iter()
         .flatten()
         .any(|f| f == TRACKING_FINALIZER)
-}
-
-/// Whether the Ready condition is True.
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The pod's completion index from its annotation; `None` when absent or malformed (such a pod is

@@ -5,6 +5,8 @@
 use flotilla_sdk::k8s_openapi::api::core::v1::Pod;
 use flotilla_sdk::k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::super::pod_ready::ready_since;
+pub use super::super::pod_ready::{available_at, is_available};
 use super::names::REVISION_LABEL;
 
 fn phase(pod: &Pod) -> Option<&str> {
@@ -33,51 +35,14 @@ pub fn is_terminating(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
-/// Since when the pod's Ready condition is True: `Some(None)` when at an unknown time, `None` when
-/// not ready.
-fn ready_since(pod: &Pod) -> Option<Option<Timestamp>> {
-    let ready = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")?;
-    (ready.status == "True").then(|| ready.last_transition_time.as_ref().map(|t| t.0))
-}
-
 /// Phase Running and Ready (upstream `isRunningAndReady`).
 pub fn is_running_and_ready(pod: &Pod) -> bool {
     phase(pod) == Some("Running") && ready_since(pod).is_some()
 }
 
-/// Ready for at least `min_ready_seconds` at `now` (upstream `IsPodAvailable`, which does not look at
-/// the phase).
-pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
-    match ready_since(pod) {
-        None => false,
-        Some(_) if min_ready_seconds <= 0 => true,
-        Some(None) => false,
-        // A transition time too late to add to is never reached.
-        Some(Some(since)) => since
-            .checked_add(SignedDuration::from_secs(i64::from(min_ready_seconds)))
-            .is_ok_and(|at| at <= now),
-    }
-}
-
 /// Not available, or being deleted (upstream `isUnavailable`).
 pub fn is_unavailable(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
     !is_available(pod, min_ready_seconds, now) || is_terminating(pod)
-}
-
-/// When a ready pod that is not yet available becomes so: `None` when it is not ready, already
-/// available, or ready since an unknown time.
-pub fn available_at(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> Option<Timestamp> {
-    let since = ready_since(pod)??;
-    let at = since
-        .checked_add(SignedDuration::from_secs(i64::from(min_ready_seconds)))
-        .ok()?;
-    (min_ready_seconds > 0 && at > now).then_some(at)
 }
 
 /// The revision the pod was made from: its `controller-revision-hash` label ("" without one).
