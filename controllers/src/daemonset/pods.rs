@@ -11,7 +11,6 @@ use flotilla_sdk::k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
 };
 use flotilla_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use flotilla_sdk::k8s_openapi::jiff::Timestamp;
 use flotilla_sdk::kube::ResourceExt;
 
 use super::super::controller_ref::controller_ref;
@@ -188,6 +187,7 @@ pub fn by_node(pods: &[Pod], include_deleted_terminal: bool) -> BTreeMap<String,
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 pub(crate) mod tests {
+    use flotilla_sdk::k8s_openapi::jiff::Timestamp;
     use serde_json::{Value, json};
 
     use super::*;

@@ -3,7 +3,7 @@
 //! deleted, and the revision it was made from.
 
 use flotilla_sdk::k8s_openapi::api::core::v1::Pod;
-use flotilla_sdk::k8s_openapi::jiff::{SignedDuration, Timestamp};
+use flotilla_sdk::k8s_openapi::jiff::Timestamp;
 
 use super::super::pod_ready::ready_since;
 pub use super::super::pod_ready::{available_at, is_available};
@@ -58,6 +58,7 @@ pub fn revision(pod: &Pod) -> &str {
 mod tests {
     use flotilla_sdk::k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use flotilla_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use flotilla_sdk::k8s_openapi::jiff::SignedDuration;
 
     use super::*;
 
