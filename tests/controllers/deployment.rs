@@ -11,7 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use crate::support::cluster::TestCluster;
@@ -199,7 +199,13 @@ impl PodMonitor {
                 let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
                 let mut listing: Option<BTreeMap<String, Pod>> = None;
                 let mut events = 0usize;
-                let mut stream = watcher(api, watcher::Config::default()).boxed();
+                // Errors back off: when the cluster stops at the end of a test while this task is
+                // still busy with a backlog of events (its abort waits for it to yield), an
+                // immediate retry against the closed port would fail without ever yielding, and
+                // the task would spin forever and hang the runtime's shutdown.
+                let mut stream = watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .boxed();
                 while let Some(event) = stream.next().await {
                     let Ok(event) = event else { continue };
                     let key = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
