@@ -1,5 +1,5 @@
-//! The `daemonset` controller on five simulated nodes, against what kube-controller-manager v1.32
-//! writes (`kube-fixtures/kcm-v1.32/daemonset/`): one pod per node the DaemonSet may run on (none on
+//! The `daemonset` controller on four simulated nodes and a node of the test's own, against what
+//! kube-controller-manager v1.32 writes (`kube-fixtures/kcm-v1.32/daemonset/`): one pod per node the DaemonSet may run on (none on
 //! the node tainted `NoSchedule`), each pinned to its node by a required node affinity on
 //! `metadata.name` and labelled with the revision hash and template generation; a node added gets a
 //! pod, and when it goes before the pod was bound the controller deletes that pod itself (a bound pod
@@ -11,7 +11,8 @@
 //! The pods are pinned by affinity and left to a scheduler, as upstream's; the test binds them to the
 //! node their affinity names itself (their `schedulerName` is the test's), so that it decides when a
 //! pod is bound: a node added and removed before its pod is bound. The simulated kubelets then run
-//! them.
+//! them. The DaemonSet selects nodes by a label of the test's own, so on a shared cluster
+//! (`FLOTILLA_TEST_KUBECONFIG`) it runs beside other tests and the cluster's own nodes untouched.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -25,7 +26,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, Wat
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::skip_unless_devcluster;
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::Fleet;
 use crate::support::raw;
@@ -37,7 +37,8 @@ const SCHEDULER: &str = "flotilla-test-daemon-binder";
 const HASH_LABEL: &str = "controller-revision-hash";
 const GENERATION_LABEL: &str = "pod-template-generation";
 
-fn daemon_set(image: &str) -> Value {
+/// A DaemonSet `agent` of `image` on the nodes labelled `node_label=yes`.
+fn daemon_set(image: &str, node_label: &str) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": "agent"},
@@ -48,6 +49,7 @@ fn daemon_set(image: &str) -> Value {
                 "metadata": {"labels": {"app": "agent"}},
                 "spec": {
                     "schedulerName": SCHEDULER,
+                    "nodeSelector": {node_label: "yes"},
                     "containers": [{"name": "agent", "image": image}],
                 },
             },
@@ -240,6 +242,23 @@ async fn wait_status(client: &kube::Client, ns: &str, want: Value, what: &str) {
     }
 }
 
+/// Creates a Node `name` (no kubelet runs it) labelled `label=yes`. Admission taints a new node
+/// not-ready (NoSchedule), which daemon pods do not tolerate; the node lifecycle controller lifts it
+/// once the node is Ready, as the test does here.
+async fn create_node(nodes: &Api<Node>, name: &str, label: &str) {
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, label: "yes"}},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let ready = json!({"spec": {"taints": null}});
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .unwrap();
+}
+
 /// The DaemonSet's live pods.
 async fn live_pods(pods: &Api<Pod>) -> Vec<Pod> {
     let list = pods
@@ -251,32 +270,35 @@ async fn live_pods(pods: &Api<Pod>) -> Vec<Pod> {
 
 #[tokio::test]
 async fn a_daemonset_follows_nodes_and_rolls_out_within_its_surge() {
-    let cluster = TestCluster::builder().with_nodes(5).start().await;
-    skip_unless_devcluster!(
-        cluster,
-        "it taints, adds and removes nodes and binds pods itself, which a shared cluster's own nodes and scheduler must not see"
-    );
+    let cluster = TestCluster::builder().with_nodes(4).start().await;
     let client = cluster.client();
     let (_fleet, _procs) = Fleet::of_controllers(&cluster, "daemonset", 2).await;
     let ns = cluster.namespace("ds").await;
-    let sim_nodes: BTreeSet<String> = cluster.node_names().into_iter().collect();
-    assert_eq!(sim_nodes.len(), 5);
-    let tainted = sim_nodes.iter().next_back().unwrap().clone();
-    let eligible: BTreeSet<String> = sim_nodes
-        .iter()
-        .filter(|n| **n != tainted)
-        .cloned()
-        .collect();
+    let eligible: BTreeSet<String> = cluster.node_names().into_iter().collect();
+    assert_eq!(eligible.len(), 4);
 
-    // One node tainted dedicated=x:NoSchedule, as node-c of the fixtures.
+    // The DaemonSet runs on the nodes carrying this test's own label, so that on a shared cluster
+    // it touches no other node and no other test's DaemonSet sees this test's nodes: the four
+    // simulated nodes, and a node of the test's own tainted dedicated=x:NoSchedule, as node-c of the
+    // fixtures (no kubelet runs it; no pod must go there).
+    let node_label = format!("flotilla.dev/ds-{}", cluster.scope());
     let nodes: Api<Node> = Api::all(client.clone());
+    let labelled = json!({"metadata": {"labels": {&node_label: "yes"}}});
+    for node in &eligible {
+        nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&labelled))
+            .await
+            .unwrap();
+    }
+    let tainted = format!("ds-tainted-{}", crate::support::namespace::random_suffix(5));
+    create_node(&nodes, &tainted, &node_label).await;
     let taint =
         json!({"spec": {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}});
     nodes
         .patch(&tainted, &PatchParams::default(), &Patch::Merge(&taint))
         .await
         .unwrap();
-    let binder = bind_pods(client.clone(), ns.clone(), sim_nodes.clone());
+    let binder = bind_pods(client.clone(), ns.clone(), eligible.clone());
 
     let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -284,7 +306,7 @@ async fn a_daemonset_follows_nodes_and_rolls_out_within_its_surge() {
     let ds = daemon_sets
         .create(
             &PostParams::default(),
-            &serde_json::from_value(daemon_set("registry.k8s.io/pause:3.9")).unwrap(),
+            &serde_json::from_value(daemon_set("registry.k8s.io/pause:3.9", &node_label)).unwrap(),
         )
         .await
         .unwrap();
@@ -347,19 +369,7 @@ async fn a_daemonset_follows_nodes_and_rolls_out_within_its_surge() {
     // A node added gets a pod, pinned and pending (nobody binds it); the node removed before its pod
     // was bound takes that pod with it (upstream's getUnscheduledPodsWithoutNode).
     let extra = format!("ds-extra-{}", crate::support::namespace::random_suffix(5));
-    let node: Node = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": extra, "labels": {"kubernetes.io/hostname": extra}},
-    }))
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
-    // Admission taints a new node not-ready (NoSchedule), which daemon pods do not tolerate; the node
-    // lifecycle controller lifts it once the node is Ready, as here.
-    let ready = json!({"spec": {"taints": null}});
-    nodes
-        .patch(&extra, &PatchParams::default(), &Patch::Merge(&ready))
-        .await
-        .unwrap();
+    create_node(&nodes, &extra, &node_label).await;
     let pending = wait_for(CONVERGE, "a pod for the added node", || async {
         live_pods(&pods)
             .await
@@ -533,6 +543,14 @@ async fn a_daemonset_follows_nodes_and_rolls_out_within_its_surge() {
         failed_first.elapsed()
     );
     binder.abort();
+    nodes.delete(&tainted, &Default::default()).await.unwrap();
+    let unlabelled = json!({"metadata": {"labels": {&node_label: null}}});
+    for node in &eligible {
+        nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&unlabelled))
+            .await
+            .unwrap();
+    }
     let warnings = wait_for(CONVERGE, "2 FailedDaemonPod Events", || async {
         let list = events.list(&ListParams::default()).await.ok()?.items;
         let warnings: Vec<Event> = list
