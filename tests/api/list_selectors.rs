@@ -163,6 +163,89 @@ async fn pod_field_selectors_on_node_name_and_phase_filter() {
     );
 }
 
+/// What `kubectl describe` does to show an object's Events: select them by the involved object, as
+/// upstream's event field set allows (and by `source`, `reason` and `type`).
+#[tokio::test]
+async fn event_field_selectors_pick_an_objects_events() {
+    let (_cluster, client, ns) = setup("sel-events").await;
+    let events = format!("/api/v1/namespaces/{ns}/events");
+    for (name, kind, object, uid, reason, component) in [
+        (
+            "e-rs",
+            "ReplicaSet",
+            "web-1",
+            "uid-rs",
+            "SuccessfulCreate",
+            "replicaset-controller",
+        ),
+        (
+            "e-dep",
+            "Deployment",
+            "web",
+            "uid-dep",
+            "ScalingReplicaSet",
+            "deployment-controller",
+        ),
+        (
+            "e-other-rs",
+            "ReplicaSet",
+            "api-1",
+            "uid-api",
+            "SuccessfulCreate",
+            "",
+        ),
+    ] {
+        let mut body = json!({
+            "metadata": {"name": name},
+            "involvedObject": {
+                "kind": kind, "namespace": ns, "name": object, "uid": uid, "apiVersion": "apps/v1",
+            },
+            "reason": reason,
+            "message": "m",
+            "type": "Normal",
+            "reportingComponent": "reporter",
+            "reportingInstance": "",
+        });
+        if !component.is_empty() {
+            body["source"] = json!({"component": component});
+        }
+        create(&client, &events, &body).await;
+    }
+    let select = |selector: &str| {
+        format!(
+            "{events}?fieldSelector={}",
+            selector.replace('=', "%3D").replace(',', "%2C")
+        )
+    };
+    assert_eq!(
+        list_names(
+            &client,
+            &select(&format!(
+                "involvedObject.name=web-1,involvedObject.namespace={ns},involvedObject.kind=ReplicaSet,involvedObject.uid=uid-rs"
+            ))
+        )
+        .await,
+        ["e-rs"]
+    );
+    assert_eq!(
+        list_names(&client, &select("involvedObject.kind=ReplicaSet")).await,
+        ["e-other-rs", "e-rs"]
+    );
+    assert_eq!(
+        list_names(&client, &select("source=deployment-controller")).await,
+        ["e-dep"]
+    );
+    assert_eq!(
+        list_names(&client, &select("source=reporter")).await,
+        ["e-other-rs"],
+        "without source.component, source is the reporting component"
+    );
+    assert_eq!(
+        list_names(&client, &select("reason=SuccessfulCreate,type=Normal")).await,
+        ["e-other-rs", "e-rs"]
+    );
+}
+
 #[tokio::test]
 async fn an_unparseable_label_selector_is_400_bad_request() {
     // Fixtures errors/list-invalid-labelselector-400.json and -value-400.json.

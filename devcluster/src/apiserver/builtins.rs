@@ -130,7 +130,26 @@ pub fn builtins() -> Vec<ResourceInfo> {
             false,
             "events"
         )
-        .with(|r| r.name_rule = NameRule::PathSegment),
+        .with(|r| {
+            r.name_rule = NameRule::PathSegment;
+            // Upstream's event field set (what `kubectl describe` selects an object's Events by);
+            // `source` is `source.component`, or `reportingComponent` without one.
+            r.field_labels = [
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ]
+            .map(String::from)
+            .to_vec();
+        }),
         spec!(
             "",
             "namespaces",

@@ -44,6 +44,8 @@
 //! * Unknown fields in built-in objects are stored as sent (no Warning header, `fieldValidation` ignored);
 //!   custom resources are pruned to their schema. CRD schema validation covers types, required, enums.
 //! * core/v1 Events and events.k8s.io/v1 Events are stored separately (no conversion between the two).
+//! * Tables (`as=Table`, what `kubectl get` asks for) have kind-specific columns for a few kinds only;
+//!   others, Events among them, show Name and Age.
 //! * Bound pods are deleted gracefully (deletionTimestamp = now + grace period) and then stay until someone
 //!   deletes them with grace 0 (the node simulator does; nothing removes them on a timer), as upstream
 //!   without a kubelet.

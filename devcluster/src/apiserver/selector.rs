@@ -445,19 +445,32 @@ impl FieldSelector {
     }
 
     /// Matches an object; a missing field compares as the empty string (as upstream field sets do).
+    /// A field is its path in the object, except an Event's `source`, which upstream's field set takes
+    /// from `source.component`, or `reportingComponent` when that is empty.
     pub fn matches(&self, obj: &Value) -> bool {
         self.terms.iter().all(|(field, eq, want)| {
-            let mut cur = obj;
-            for seg in field.split('.') {
-                cur = &cur[seg];
-            }
-            let got = match cur {
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
+            let got = if field == "source" {
+                Some(&obj["source"]["component"])
+                    .filter(|c| c.as_str().is_some_and(|c| !c.is_empty()))
+                    .map_or_else(|| field_text(&obj["reportingComponent"]), field_text)
+            } else {
+                let mut cur = obj;
+                for seg in field.split('.') {
+                    cur = &cur[seg];
+                }
+                field_text(cur)
             };
             (got == *want) == *eq
         })
+    }
+}
+
+/// A field's value as a field selector compares it.
+fn field_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
     }
 }
 
