@@ -5,8 +5,8 @@
 //! Deployments and one of each other workload ([`Workloads`]: a Job, a CronJob, a DaemonSet and a
 //! StatefulSet), and shows its progress as a list of steps ticked off ([`Progress`]) and a live count
 //! until every Greeting is reconciled, every Deployment is Available and every workload finished.
-//! With `--keep-running` it then shows `flotilla status --watch`'s live view of the `demo` fleet (on a terminal) until Ctrl-C, and
-//! stops every process it started.
+//! With `--keep-running` it then shows `flotilla status --watch`'s live view of the `demo` fleet (on a
+//! terminal) until Ctrl-C, and stops every process it started.
 
 use std::io::IsTerminal;
 use std::net::{Ipv4Addr, SocketAddr};
