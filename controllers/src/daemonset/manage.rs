@@ -203,19 +203,6 @@ mod tests {
     use super::super::pods::tests::pod;
     use super::*;
 
-    const RUN: Fit = Fit {
-        should_run: true,
-        should_continue_running: true,
-    };
-    const KEEP: Fit = Fit {
-        should_run: false,
-        should_continue_running: true,
-    };
-    const NO: Fit = Fit {
-        should_run: false,
-        should_continue_running: false,
-    };
-
     fn daemon(surge: bool) -> Daemon<'static> {
         Daemon {
             uid: "u",
@@ -244,7 +231,12 @@ mod tests {
         let by_node = grouped(vec![pod("a1", "a", true, "new", 0, Some(0))]);
         let plan = plan(
             &daemon(false),
-            &fits(&[("a", RUN), ("b", RUN), ("tainted", KEEP), ("other", NO)]),
+            &fits(&[
+                ("a", Fit::RUN),
+                ("b", Fit::RUN),
+                ("tainted", Fit::KEEP),
+                ("other", Fit::NO),
+            ]),
             &by_node,
             &backoff,
             at(10),
@@ -264,7 +256,7 @@ mod tests {
         ]);
         let plan = plan(
             &daemon(false),
-            &fits(&[("x", NO), ("a", RUN)]),
+            &fits(&[("x", Fit::NO), ("a", Fit::RUN)]),
             &by_node,
             &backoff,
             at(10),
@@ -282,7 +274,7 @@ mod tests {
         done.status.as_mut().unwrap().phase = Some("Succeeded".into());
         let by_node = grouped(vec![failed, done]);
         let t0 = Instant::now();
-        let nodes = fits(&[("a", RUN), ("b", RUN)]);
+        let nodes = fits(&[("a", Fit::RUN), ("b", Fit::RUN)]);
         let first = plan(&daemon(false), &nodes, &by_node, &backoff, at(10), t0);
         assert_eq!(first.delete, ["f", "s"]);
         assert_eq!(first.notes[0].reason, "FailedDaemonPod");
@@ -328,7 +320,7 @@ mod tests {
     #[test]
     fn with_surge_the_old_pod_goes_once_the_new_one_is_available() {
         let backoff = FailedPodBackoff::default();
-        let nodes = fits(&[("a", RUN)]);
+        let nodes = fits(&[("a", Fit::RUN)]);
         let waiting = grouped(vec![
             pod("old", "a", true, "old", 0, Some(0)),
             pod("new", "a", true, "new", 5, None),

@@ -20,7 +20,18 @@ pub struct Fit {
 }
 
 impl Fit {
-    const NO: Fit = Fit {
+    /// A pod belongs on the node.
+    pub const RUN: Fit = Fit {
+        should_run: true,
+        should_continue_running: true,
+    };
+    /// No new pod goes there, but one already there stays.
+    pub const KEEP: Fit = Fit {
+        should_run: false,
+        should_continue_running: true,
+    };
+    /// No pod belongs on the node.
+    pub const NO: Fit = Fit {
         should_run: false,
         should_continue_running: false,
     };
@@ -151,22 +162,20 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    const RUN: Fit = Fit {
-        should_run: true,
-        should_continue_running: true,
-    };
-
     #[test]
     fn an_untainted_node_runs_the_pod_and_a_node_selector_picks_nodes_by_label() {
         let n = node(json!({"zone": "a"}), json!([]));
-        assert_eq!(fit(&n, &spec(json!({}))), RUN);
-        assert_eq!(fit(&n, &spec(json!({"nodeSelector": {"zone": "a"}}))), RUN);
+        assert_eq!(fit(&n, &spec(json!({}))), Fit::RUN);
+        assert_eq!(
+            fit(&n, &spec(json!({"nodeSelector": {"zone": "a"}}))),
+            Fit::RUN
+        );
         assert_eq!(
             fit(&n, &spec(json!({"nodeSelector": {"zone": "b"}}))),
             Fit::NO
         );
         assert_eq!(fit(&n, &spec(json!({"nodeName": "n2"}))), Fit::NO);
-        assert_eq!(fit(&n, &spec(json!({"nodeName": "n1"}))), RUN);
+        assert_eq!(fit(&n, &spec(json!({"nodeName": "n1"}))), Fit::RUN);
     }
 
     #[test]
@@ -183,7 +192,7 @@ mod tests {
             }
         );
         let tolerant = spec(json!({"tolerations": [{"key": "dedicated", "operator": "Exists"}]}));
-        assert_eq!(fit(&n, &tolerant), RUN);
+        assert_eq!(fit(&n, &tolerant), Fit::RUN);
     }
 
     #[test]
@@ -196,7 +205,7 @@ mod tests {
         );
         assert_eq!(
             fit(&n, &spec(json!({}))),
-            RUN,
+            Fit::RUN,
             "daemon pods tolerate not-ready"
         );
     }
@@ -208,7 +217,7 @@ mod tests {
             json!([{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]),
         );
         n.spec.as_mut().unwrap().unschedulable = Some(true);
-        assert_eq!(fit(&n, &spec(json!({}))), RUN);
+        assert_eq!(fit(&n, &spec(json!({}))), Fit::RUN);
     }
 
     #[test]

@@ -279,11 +279,6 @@ mod tests {
     use super::super::pods::tests::pod;
     use super::*;
 
-    const RUN: Fit = Fit {
-        should_run: true,
-        should_continue_running: true,
-    };
-
     fn ds(strategy: Value) -> DaemonSet {
         serde_json::from_value(json!({
             "metadata": {"name": "agent"},
@@ -309,7 +304,7 @@ mod tests {
     };
 
     fn nodes(n: usize) -> BTreeMap<String, Fit> {
-        (0..n).map(|i| (format!("n{i}"), RUN)).collect()
+        (0..n).map(|i| (format!("n{i}"), Fit::RUN)).collect()
     }
 
     fn old_pods(n: usize) -> Vec<Pod> {
@@ -484,7 +479,7 @@ mod tests {
     fn with_surge_a_pod_on_a_node_missing_from_the_cache_is_an_error() {
         let d = rolling(json!(0), json!(1));
         let by_node = super::super::pods::by_node(&old_pods(2), false);
-        let only_first: BTreeMap<String, Fit> = [("n0".to_owned(), RUN)].into();
+        let only_first: BTreeMap<String, Fit> = [("n0".to_owned(), Fit::RUN)].into();
         assert_eq!(
             step(&d, &ROLLOUT, &only_first, &by_node, at(10)),
             Err(RollingError::MissingNode("n1".into()))

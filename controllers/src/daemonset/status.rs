@@ -121,22 +121,13 @@ mod tests {
     use super::super::pods::tests::pod;
     use super::*;
 
-    const RUN: Fit = Fit {
-        should_run: true,
-        should_continue_running: true,
-    };
-    const KEEP: Fit = Fit {
-        should_run: false,
-        should_continue_running: true,
-    };
-
     #[test]
     fn two_pending_pods_give_kube_controller_managers_first_status() {
         // kcm-v1.32/daemonset/09: two pending, unbound pods on node-a and node-b; node-c tainted.
         let fits: BTreeMap<String, Fit> = [
-            ("node-a".into(), RUN),
-            ("node-b".into(), RUN),
-            ("node-c".into(), KEEP),
+            ("node-a".into(), Fit::RUN),
+            ("node-b".into(), Fit::RUN),
+            ("node-c".into(), Fit::KEEP),
         ]
         .into();
         let pods = vec![
@@ -174,7 +165,7 @@ mod tests {
 
     #[test]
     fn the_oldest_pod_of_a_node_counts_and_pods_where_none_belong_are_misscheduled() {
-        let fits: BTreeMap<String, Fit> = [("a".into(), RUN), ("c".into(), KEEP)].into();
+        let fits: BTreeMap<String, Fit> = [("a".into(), Fit::RUN), ("c".into(), Fit::KEEP)].into();
         let pods = vec![
             pod("a-old", "a", true, "old", 0, Some(1)),
             pod("a-new", "a", true, "new", 5, Some(6)),
