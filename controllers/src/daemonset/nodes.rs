@@ -57,14 +57,12 @@ pub fn fit(node: &Node, spec: &PodSpec) -> Fit {
         .and_then(|s| s.taints.as_deref())
         .unwrap_or_default();
     if untolerated(taints, &tolerations, &[NO_SCHEDULE, NO_EXECUTE]).is_none() {
-        return Fit {
-            should_run: true,
-            should_continue_running: true,
-        };
+        return Fit::RUN;
     }
-    Fit {
-        should_run: false,
-        should_continue_running: untolerated(taints, &tolerations, &[NO_EXECUTE]).is_none(),
+    if untolerated(taints, &tolerations, &[NO_EXECUTE]).is_none() {
+        Fit::KEEP
+    } else {
+        Fit::NO
     }
 }
 
