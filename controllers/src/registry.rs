@@ -1,4 +1,4 @@
-//! The registry of built-in controllers: each one's name, its `--concurrent-<flag>-syncs` flag, its
+//! The registry of built-in controllers: each one's name, its `--concurrent-*-syncs` flag, its
 //! default concurrency and the RBAC grants its reconcile needs, listed once, here. `flotilla worker`
 //! grows a flag per entry, `--controllers` picks entries by name and `flotilla rbac` unites their
 //! grants, without editing the commands.
@@ -20,10 +20,11 @@ pub struct Builtin {
     /// kube-controller-manager's name (`replicaset`, `deployment`, …), used by `--controllers` and as
     /// the controller's name in the fleet.
     pub name: &'static str,
-    /// The `<flag>` of `--concurrent-<flag>-syncs`: the name, except where kube-controller-manager
-    /// abbreviates it (`rc` for `replicationcontroller`, `gc` for `garbagecollector`).
+    /// kube-controller-manager's concurrency flag, without the leading dashes: mostly `concurrent-<name>-syncs`,
+    /// but it abbreviates some (`concurrent-rc-syncs`, `concurrent-gc-syncs`) and words one otherwise
+    /// (`mirroring-concurrent-service-endpoint-syncs`).
     pub flag: &'static str,
-    /// kube-controller-manager's default of `--concurrent-<flag>-syncs`.
+    /// kube-controller-manager's default of its concurrency flag.
     pub default_concurrency: u32,
     /// kube-controller-manager's canonical name of the same controller (`replicaset-controller`, …,
     /// from its `names` package), which its `--controllers` takes beside [`Self::name`] as an alias.
@@ -90,7 +91,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: "serviceaccount",
             kcm_name: "serviceaccount-controller",
             event_source: "serviceaccount-controller",
-            flag: "serviceaccount",
+            flag: "concurrent-serviceaccount-syncs",
             // kube-controller-manager runs this controller with one worker and has no flag for it
             // (`startServiceAccountController` calls `Run(ctx, 1)`;
             // `--concurrent-serviceaccount-token-syncs` belongs to the token controller); ours is
@@ -103,7 +104,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: "replicaset",
             kcm_name: "replicaset-controller",
             event_source: "replicaset-controller",
-            flag: "replicaset",
+            flag: "concurrent-replicaset-syncs",
             default_concurrency: 5,
             build: |name| replicaset::controller::<ReplicaSet>(name).into(),
             worker_rules: rbac::replicaset,
@@ -112,7 +113,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: "deployment",
             kcm_name: "deployment-controller",
             event_source: "deployment-controller",
-            flag: "deployment",
+            flag: "concurrent-deployment-syncs",
             default_concurrency: 5,
             build: |name| deployment::controller(name).into(),
             worker_rules: rbac::deployment,
@@ -121,7 +122,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: "replicationcontroller",
             kcm_name: "replicationcontroller-controller",
             event_source: "replication-controller",
-            flag: "rc",
+            flag: "concurrent-rc-syncs",
             default_concurrency: 5,
             build: |name| replicaset::controller::<ReplicationController>(name).into(),
             worker_rules: rbac::replicationcontroller,
@@ -130,7 +131,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: "garbagecollector",
             kcm_name: "garbage-collector-controller",
             event_source: "garbage-collector-controller",
-            flag: "gc",
+            flag: "concurrent-gc-syncs",
             default_concurrency: 20,
             build: |name| garbagecollector::controller(name).into(),
             worker_rules: rbac::garbagecollector,
@@ -139,7 +140,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: "namespace",
             kcm_name: "namespace-controller",
             event_source: "namespace-controller",
-            flag: "namespace",
+            flag: "concurrent-namespace-syncs",
             default_concurrency: 10,
             build: |name| namespace::controller(name).into(),
             worker_rules: rbac::namespace,
@@ -148,7 +149,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: "job",
             kcm_name: "job-controller",
             event_source: "job-controller",
-            flag: "job",
+            flag: "concurrent-job-syncs",
             default_concurrency: 5,
             build: |name| job::controller(name).into(),
             worker_rules: rbac::job,
@@ -157,7 +158,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: "ttl-after-finished",
             kcm_name: "ttl-after-finished-controller",
             event_source: "ttl-after-finished-controller",
-            flag: "ttl-after-finished",
+            flag: "concurrent-ttl-after-finished-syncs",
             default_concurrency: 5,
             build: |name| ttlafterfinished::controller(name).into(),
             worker_rules: rbac::ttlafterfinished,
@@ -166,7 +167,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: PODGC,
             kcm_name: "pod-garbage-collector-controller",
             event_source: "pod-garbage-collector-controller",
-            flag: "podgc",
+            flag: "concurrent-podgc-syncs",
             // kube-controller-manager runs the pod GC as one loop and has no flag for its
             // concurrency; one pass is one key here, so one at a time is all it uses.
             default_concurrency: 1,
@@ -179,7 +180,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: CRONJOB,
             kcm_name: "cronjob-controller",
             event_source: "cronjob-controller",
-            flag: "cron-job",
+            flag: "concurrent-cron-job-syncs",
             default_concurrency: 5,
             build: |name| cronjob::controller(name, cronjob::ScheduleClock::default()).into(),
             worker_rules: rbac::cronjob,
@@ -188,7 +189,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: "statefulset",
             kcm_name: "statefulset-controller",
             event_source: "statefulset-controller",
-            flag: "statefulset",
+            flag: "concurrent-statefulset-syncs",
             default_concurrency: 5,
             build: |name| statefulset::controller(name).into(),
             worker_rules: rbac::statefulset,
@@ -198,7 +199,7 @@ pub fn builtins() -> &'static [Builtin] {
             kcm_name: "disruption-controller",
             // Upstream's recorder in `pkg/controller/disruption` reports as `controllermanager`.
             event_source: "controllermanager",
-            flag: "disruption",
+            flag: "concurrent-disruption-syncs",
             // kube-controller-manager runs this controller with one worker (plus its recheck and
             // stale-pod queues) and has no flag for it; ours is `--concurrent-disruption-syncs`
             // with that default: one sync per PDB is cheap, and the fleet's workers add up.
@@ -210,7 +211,7 @@ pub fn builtins() -> &'static [Builtin] {
             name: "daemonset",
             kcm_name: "daemonset-controller",
             event_source: "daemonset-controller",
-            flag: "daemonset",
+            flag: "concurrent-daemonset-syncs",
             default_concurrency: 2,
             build: |name| daemonset::controller(name).into(),
             worker_rules: rbac::daemonset,
@@ -285,7 +286,10 @@ mod tests {
                 b.name
             );
         }
-        assert_eq!(builtin("replicationcontroller").unwrap().flag, "rc");
+        assert_eq!(
+            builtin("replicationcontroller").unwrap().flag,
+            "concurrent-rc-syncs"
+        );
         assert!(builtin("nope").is_none());
     }
 }

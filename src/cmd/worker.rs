@@ -67,7 +67,7 @@ impl clap::FromArgMatches for BuiltinConcurrency {
 impl clap::Args for BuiltinConcurrency {
     fn augment_args(command: clap::Command) -> clap::Command {
         builtins().iter().fold(command, |command, b| {
-            command.arg(concurrency_arg(b.flag, b.default_concurrency))
+            command.arg(concurrency_arg(b.name, b.flag, b.default_concurrency))
         })
     }
 

@@ -5,7 +5,7 @@ use clap::{Args, FromArgMatches};
 use flotilla_common::{ServiceIdentity, init_telemetry, shutdown_signal};
 use flotilla_sdk::DynController;
 
-use super::flags::{WorkerFlags, concurrency_arg, concurrency_value};
+use super::flags::{WorkerFlags, concurrency_arg, concurrency_flag, concurrency_value};
 use super::worker::run;
 
 /// Runs `controllers` as a worker binary: parses the flags of `flotilla worker` (without
@@ -21,6 +21,7 @@ pub async fn run_custom(controllers: Vec<DynController>) -> anyhow::Result<()> {
     for controller in &controllers {
         command = command.arg(concurrency_arg(
             controller.name(),
+            &concurrency_flag(controller.name()),
             controller.concurrency_limit(),
         ));
     }
@@ -28,10 +29,12 @@ pub async fn run_custom(controllers: Vec<DynController>) -> anyhow::Result<()> {
     let flags = WorkerFlags::from_arg_matches(&matches)?;
     let controllers: Vec<DynController> = controllers
         .into_iter()
-        .map(|c| match concurrency_value(&matches, c.name()) {
-            Some(n) => c.with_concurrency(n),
-            None => c,
-        })
+        .map(
+            |c| match concurrency_value(&matches, &concurrency_flag(c.name())) {
+                Some(n) => c.with_concurrency(n),
+                None => c,
+            },
+        )
         .collect();
     // A custom controller binary is named after its controllers in traces.
     let mut names: Vec<&str> = controllers.iter().map(DynController::name).collect();

@@ -123,11 +123,11 @@ pub fn concurrency_flag(controller: &str) -> String {
     format!("concurrent-{controller}-syncs")
 }
 
-/// The `--concurrent-<controller>-syncs` flag of a controller, defaulting to `default`.
-pub fn concurrency_arg(controller: &str, default: u32) -> clap::Arg {
-    let flag = concurrency_flag(controller);
-    clap::Arg::new(flag.clone())
-        .long(flag)
+/// The concurrency flag `flag` (e.g. [`concurrency_flag`]`(controller)`) of `controller`, defaulting
+/// to `default`.
+pub fn concurrency_arg(controller: &str, flag: &str, default: u32) -> clap::Arg {
+    clap::Arg::new(flag.to_owned())
+        .long(flag.to_owned())
         .value_parser(clap::value_parser!(u32).range(1..))
         .default_value(default.to_string())
         .help(format!(
@@ -135,13 +135,9 @@ pub fn concurrency_arg(controller: &str, default: u32) -> clap::Arg {
         ))
 }
 
-/// The value of a controller's [`concurrency_arg`], if the command has that flag.
-pub fn concurrency_value(matches: &clap::ArgMatches, controller: &str) -> Option<u32> {
-    matches
-        .try_get_one::<u32>(&concurrency_flag(controller))
-        .ok()
-        .flatten()
-        .copied()
+/// The value of the concurrency flag `flag` (see [`concurrency_arg`]), if the command has it.
+pub fn concurrency_value(matches: &clap::ArgMatches, flag: &str) -> Option<u32> {
+    matches.try_get_one::<u32>(flag).ok().flatten().copied()
 }
 
 /// `<hostname>-<5 random characters>`: unique per process even when pods share a hostname. Lowercased,
