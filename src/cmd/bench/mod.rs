@@ -1,13 +1,15 @@
 //! `flotilla bench …`: benchmarks that write machine-readable results and print the table quoted in
 //! BENCHMARKS.md. `dispatch` measures the fleet core alone (no-op reconciles, in-process);
 //! `rollout` measures a whole fleet of processes rolling out Deployments against the devcluster;
-//! `jobs` measures the fleet running many Jobs to completion on simulated nodes; `idle` measures what
+//! `jobs` measures the fleet running many Jobs to completion on simulated nodes; `endpoints` the
+//! EndpointSlice writes and latency while pods flip readiness; `idle` measures what
 //! an idle fleet's processes cost; `scaleout` what more workers buy an I/O-bound controller; `memory`
 //! what the coordinator's caches cost.
 
 mod create_many;
 mod dispatch;
 mod done_watch;
+mod endpoints;
 mod fleet_usage;
 mod idle;
 mod in_process;
@@ -38,6 +40,9 @@ enum Bench {
     /// Time, API requests, CPU and memory to run many Jobs to completion with the built-in `job`
     /// controller.
     Jobs(jobs::JobsArgs),
+    /// API writes and latency of the built-in `endpointslice` controller while one Service's pods
+    /// flip readiness.
+    Endpoints(endpoints::EndpointsArgs),
     /// CPU of an idle coordinator and worker: fresh, and settled after a small rollout.
     Idle(idle::IdleArgs),
     /// Throughput of an I/O-bound controller with 1, 2, 4, 8 workers, plotted.
@@ -61,6 +66,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Bench::Dispatch(args) => dispatch::run(args).await,
         Bench::Rollout(args) => rollout::run(args).await,
         Bench::Jobs(args) => jobs::run(args).await,
+        Bench::Endpoints(args) => endpoints::run(args).await,
         Bench::Idle(args) => idle::run(args).await,
         Bench::Scaleout(args) => scaleout::run(args).await,
         Bench::Memory(args) => memory::run(args).await,
