@@ -17,8 +17,10 @@ mod api {
     mod crud;
     mod defaults;
     mod discovery;
+    mod discovery_validation;
     mod errors;
     mod eviction;
+    mod https;
     mod kube_rs;
     mod kubectl;
     mod lifecycle;
@@ -31,5 +33,6 @@ mod api {
     mod rbac;
     mod simnodes;
     mod simnodes_claims;
+    mod simnodes_conditions;
     mod watch;
 }

@@ -13,14 +13,22 @@ mod controllers {
     mod daemonset;
     mod deployment;
     mod disruption;
+    mod endpoints;
+    mod endpointslice;
+    mod endpointslicemirroring;
     mod events;
     mod garbagecollector;
     mod job;
     mod least_privilege;
     mod namespace;
+    mod nodeipam;
+    mod nodelifecycle;
     mod podgc;
     mod replicaset;
     mod serviceaccount;
+    mod servicecidr;
     mod statefulset;
+    mod tainteviction;
+    mod ttl;
     mod ttlafterfinished;
 }

@@ -10,8 +10,9 @@ use flotilla_sdk::k8s_openapi::api::core::v1::ReplicationController;
 use crate::rbac::{self, Rules};
 use crate::settings::Settings;
 use crate::{
-    cronjob, daemonset, deployment, disruption, garbagecollector, job, namespace, podgc,
-    replicaset, serviceaccount, statefulset, ttlafterfinished,
+    cronjob, daemonset, deployment, disruption, endpoints, endpointslice, endpointslicemirroring,
+    garbagecollector, job, namespace, nodeipam, nodelifecycle, podgc, replicaset, serviceaccount,
+    servicecidrs, statefulset, tainteviction, ttl, ttlafterfinished,
 };
 
 /// One built-in controller.
@@ -67,6 +68,34 @@ impl Builtin {
                     .with_concurrency(self.default_concurrency)
                     .with_event_source(self.event_source)
             }
+            ENDPOINTSLICE => DynController::from(endpointslice::controller(
+                self.name,
+                settings.max_endpoints_per_slice,
+            ))
+            .with_concurrency(self.default_concurrency)
+            .with_event_source(self.event_source),
+            NODELIFECYCLE => DynController::from(nodelifecycle::controller(
+                self.name,
+                settings.node_lifecycle,
+            ))
+            .with_concurrency(self.default_concurrency)
+            .with_event_source(self.event_source),
+            ENDPOINT => DynController::from(endpoints::controller(
+                self.name,
+                settings.endpoint_updates_batch_period,
+            ))
+            .with_concurrency(self.default_concurrency)
+            .with_event_source(self.event_source),
+            ENDPOINTSLICEMIRRORING => DynController::from(endpointslicemirroring::controller(
+                self.name,
+                settings.mirroring_max_endpoints_per_subset,
+                settings.mirroring_endpointslice_updates_batch_period,
+            ))
+            .with_concurrency(self.default_concurrency)
+            .with_event_source(self.event_source),
+            NODEIPAM => DynController::from(nodeipam::controller(self.name, &settings.node_ipam))
+                .with_concurrency(self.default_concurrency)
+                .with_event_source(self.event_source),
             _ => self.controller(),
         }
     }
@@ -83,6 +112,23 @@ const PODGC: &str = "podgc";
 
 /// The cronjob controller's name: [`Builtin::controller_with`] sets its schedule minute.
 const CRONJOB: &str = "cronjob";
+
+/// The endpointslice controller's name: [`Builtin::controller_with`] sets its slice size.
+const ENDPOINTSLICE: &str = "endpointslice";
+
+/// The node-lifecycle controller's name: [`Builtin::controller_with`] sets its grace periods and
+/// eviction rates.
+const NODELIFECYCLE: &str = "nodelifecycle";
+
+/// The endpoints controller's name: [`Builtin::controller_with`] sets its batch period.
+const ENDPOINT: &str = "endpoint";
+
+/// The endpointslice-mirroring controller's name: [`Builtin::controller_with`] sets its subset
+/// limit and batch period.
+const ENDPOINTSLICEMIRRORING: &str = "endpointslicemirroring";
+
+/// The node-ipam controller's name: [`Builtin::controller_with`] sets its CIDRs.
+const NODEIPAM: &str = "nodeipam";
 
 /// Every built-in controller, in the order `flotilla worker --help` lists their flags.
 pub fn builtins() -> &'static [Builtin] {
@@ -216,6 +262,100 @@ pub fn builtins() -> &'static [Builtin] {
             build: |name| daemonset::controller(name).into(),
             worker_rules: rbac::daemonset,
         },
+        Builtin {
+            name: NODEIPAM,
+            kcm_name: "node-ipam-controller",
+            // Upstream's range allocator records as `cidrAllocator`.
+            event_source: "cidrAllocator",
+            flag: "concurrent-node-ipam-syncs",
+            // kube-controller-manager has no flag for it (its range allocator runs 30 internal
+            // workers). Here one key does every allocation, one pass at a time fleet-wide (see the
+            // controller's documentation), so 1 is all it can use.
+            default_concurrency: 1,
+            build: |name| nodeipam::controller(name, &nodeipam::NodeIpamConfig::default()).into(),
+            worker_rules: rbac::nodeipam,
+        },
+        Builtin {
+            name: "ttl",
+            kcm_name: "ttl-controller",
+            // It writes no Events; upstream's has no recorder.
+            event_source: "ttl-controller",
+            flag: "concurrent-ttl-syncs",
+            // kube-controller-manager has no flag for it and runs 5 workers.
+            default_concurrency: 5,
+            build: |name| ttl::controller(name).into(),
+            worker_rules: rbac::ttl,
+        },
+        Builtin {
+            name: "service-cidr",
+            kcm_name: "service-cidr-controller",
+            event_source: "service-cidr-controller",
+            flag: "concurrent-service-cidr-syncs",
+            // kube-controller-manager has no flag for it and runs 5 workers.
+            default_concurrency: 5,
+            build: |name| servicecidrs::controller(name).into(),
+            worker_rules: rbac::servicecidrs,
+        },
+        Builtin {
+            name: "taint-eviction",
+            kcm_name: "taint-eviction-controller",
+            event_source: "taint-eviction-controller",
+            flag: "concurrent-taint-eviction-syncs",
+            // kube-controller-manager has no flag for it: it runs 8 internal workers, hashing nodes
+            // to them. Here one node is one key and a worker holds only its shards' nodes; 5 at once
+            // per worker, the usual default, with the fleet's workers adding up.
+            default_concurrency: 5,
+            build: |name| tainteviction::controller(name).into(),
+            worker_rules: rbac::tainteviction,
+        },
+        Builtin {
+            name: ENDPOINTSLICE,
+            kcm_name: "endpointslice-controller",
+            // Upstream's recorder in `pkg/controller/endpointslice` reports as
+            // `endpoint-slice-controller`.
+            event_source: "endpoint-slice-controller",
+            flag: "concurrent-service-endpoint-syncs",
+            default_concurrency: 5,
+            build: |name| {
+                endpointslice::controller(name, endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE)
+                    .into()
+            },
+            worker_rules: rbac::endpointslice,
+        },
+        Builtin {
+            name: ENDPOINT,
+            kcm_name: "endpoints-controller",
+            event_source: "endpoint-controller",
+            flag: "concurrent-endpoint-syncs",
+            default_concurrency: 5,
+            build: |name| endpoints::controller(name, std::time::Duration::ZERO).into(),
+            worker_rules: rbac::endpoints,
+        },
+        Builtin {
+            name: ENDPOINTSLICEMIRRORING,
+            kcm_name: "endpointslice-mirroring-controller",
+            event_source: "endpoint-slice-mirroring-controller",
+            flag: "mirroring-concurrent-service-endpoint-syncs",
+            default_concurrency: 5,
+            build: |name| {
+                endpointslicemirroring::controller(name, 1000, std::time::Duration::ZERO).into()
+            },
+            worker_rules: rbac::endpointslicemirroring,
+        },
+        Builtin {
+            name: NODELIFECYCLE,
+            kcm_name: "node-lifecycle-controller",
+            event_source: "node-controller",
+            flag: "concurrent-node-lifecycle-syncs",
+            // kube-controller-manager has no flag for it: one loop looks at every node every
+            // `--node-monitor-period` with 8 internal workers. Here one node is one key, looked at on
+            // its heartbeats, and a worker holds only its shards' nodes; 5 at once per worker keeps a
+            // burst of heartbeats (thousands of Leases renewed in the same seconds) moving without
+            // one slow write holding the others back.
+            default_concurrency: 5,
+            build: |name| nodelifecycle::controller(name, Default::default()).into(),
+            worker_rules: rbac::nodelifecycle,
+        },
     ]
 }
 
@@ -247,6 +387,14 @@ mod tests {
         assert_eq!(concurrency("daemonset"), 2);
         assert_eq!(concurrency("statefulset"), 5);
         assert_eq!(concurrency("disruption"), 1);
+        assert_eq!(concurrency("taint-eviction"), 5);
+        assert_eq!(concurrency("endpointslice"), 5);
+        assert_eq!(concurrency("endpoint"), 5);
+        assert_eq!(concurrency("endpointslicemirroring"), 5);
+        assert_eq!(concurrency("nodelifecycle"), 5);
+        assert_eq!(concurrency("nodeipam"), 1);
+        assert_eq!(concurrency("ttl"), 5);
+        assert_eq!(concurrency("service-cidr"), 5);
     }
 
     #[test]

@@ -7,11 +7,11 @@ mod simnodes;
 
 pub use apiserver::{
     Attributes, AuthConfig, AuthorizationMode, Decision, DevCluster, DevClusterConfig,
-    DevClusterError, RuleRef, UserInfo,
+    DevClusterError, RuleRef, Serving, TlsError, UserInfo,
 };
 
 pub use etcd::{ETCD_BIN_ENV, EtcdError, EtcdServer, EtcdServerTls};
 pub use simnodes::{
-    NODE_LEASE_NAMESPACE, NodeControl, NodeSimulator, SIMULATED_LABEL, SimConfig, SimError,
-    SimNodesHandle, control_router,
+    ConditionsChange, NODE_LEASE_NAMESPACE, NodeConditions, NodeControl, NodeSimulator,
+    SIMULATED_LABEL, SimConfig, SimError, SimNodesHandle, control_router, serve_control,
 };

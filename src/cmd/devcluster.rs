@@ -1,5 +1,9 @@
 //! `flotilla devcluster`: the local Kubernetes API on etcd (plus, optionally, simulated nodes) for
 //! the demo and for manual testing. Runs until SIGINT/SIGTERM, then shuts down gracefully.
+//!
+//! Served over HTTPS with `--authorization-mode RBAC` (kubectl sends a kubeconfig's token only to a
+//! TLS server) or when asked (`--scheme https`, `--tls-cert-file`), plain HTTP otherwise; the
+//! kubeconfig it writes names the scheme and, for HTTPS, carries the CA.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use flotilla_devcluster::{
     AuthConfig, AuthorizationMode, DevCluster, DevClusterConfig, EtcdServer, NodeControl,
-    NodeSimulator, SimConfig, control_router,
+    NodeSimulator, Serving, SimConfig, control_router,
 };
 
 use flotilla_common::parse_duration;
@@ -42,6 +46,11 @@ pub struct Args {
     /// How long pods with restartPolicy Never/OnFailure run before they are reported Succeeded.
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     pub job_pod_duration: Duration,
+    /// Whether the node simulator gives each node its pod range (`spec.podCIDR`) at registration.
+    /// `--assign-pod-cidrs=false` registers nodes without one, for a node-ipam controller
+    /// (`--allocate-node-cidrs`) to assign; their pods stay Pending until it does.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub assign_pod_cidrs: bool,
     /// How requests are authorized (kube-apiserver's flag). `AlwaysAllow` keeps the demo's
     /// token-less admin access; `RBAC` authorizes with the stored Roles and bindings as upstream does,
     /// creates upstream's bootstrap ClusterRoles, and writes a kubeconfig with an admin token.
@@ -51,6 +60,59 @@ pub struct Args {
     /// (`token,user,uid,"group1,group2"`).
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
+    /// How the API is served. `auto`: HTTPS with `--authorization-mode RBAC` or `--tls-cert-file`
+    /// (kubectl sends the kubeconfig's token only over TLS), plain HTTP otherwise (every request is
+    /// the administrator's, so TLS would protect nothing, and clients that dial `http://` keep
+    /// working).
+    /// `https` without certificate files generates a CA and a serving certificate at start (SANs
+    /// 127.0.0.1, ::1, localhost and the --listen address); the kubeconfig carries the CA. The
+    /// environment variable reaches the devclusters `flotilla up` and `flotilla bench` start.
+    #[arg(long, value_enum, env = "FLOTILLA_DEVCLUSTER_SCHEME", default_value_t = Scheme::Auto)]
+    pub scheme: Scheme,
+    /// The serving certificate chain (PEM, leaf first), as kube-apiserver's flag; implies HTTPS.
+    /// The kubeconfig carries its certificates as the CA, so a self-signed certificate (or a chain
+    /// ending with its root) needs nothing else.
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of `--tls-cert-file` (PEM: PKCS#8, PKCS#1 or SEC1), as kube-apiserver's flag.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+}
+
+/// `--scheme` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// HTTPS with RBAC or certificate files, plain HTTP otherwise.
+    Auto,
+    /// Plain HTTP, even with RBAC (kubectl then sends no token: it is `system:anonymous`).
+    Http,
+    /// HTTPS.
+    Https,
+}
+
+impl Args {
+    /// What `--scheme` and the certificate flags ask for.
+    ///
+    /// # Errors
+    /// `--scheme http` with certificate files.
+    pub fn serving(&self) -> anyhow::Result<Serving> {
+        let files = match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(cert_file), Some(key_file)) => Some(Serving::HttpsFiles {
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            }),
+            _ => None,
+        };
+        Ok(match (self.scheme, files) {
+            (Scheme::Http, Some(_)) => {
+                anyhow::bail!("--scheme http cannot serve --tls-cert-file: drop one of them")
+            }
+            (Scheme::Http, None) => Serving::Http,
+            (_, Some(files)) => files,
+            (Scheme::Auto, None) => Serving::Auto,
+            (Scheme::Https, None) => Serving::HttpsGenerated,
+        })
+    }
 }
 
 /// `--authorization-mode` values, spelled as kube-apiserver spells them.
@@ -74,9 +136,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         nodes: args.nodes,
         pod_ready_delay: args.pod_ready_delay,
         job_pod_duration: args.job_pod_duration,
+        assign_pod_cidrs: args.assign_pod_cidrs,
         ..SimConfig::default()
     };
     sim_config.validate()?;
+    let serving = args.serving()?;
 
     let embedded = if args.etcd_endpoints.is_empty() {
         let etcd = EtcdServer::start()
@@ -104,7 +168,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         token_auth_file: args.token_auth_file.clone(),
     };
-    let cluster = DevCluster::start_with_auth(
+    let cluster = DevCluster::start_serving(
         DevClusterConfig {
             etcd_endpoints,
             listen: args.listen,
@@ -113,6 +177,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             extension: (args.nodes > 0).then(|| control_router(control.clone())),
         },
         auth,
+        serving,
     )
     .await
     .context("cannot start the devcluster API server")?;
@@ -181,5 +246,59 @@ pub async fn shutdown_signal() -> &'static str {
     tokio::select! {
         name = interrupt => name,
         name = terminate => name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        let argv = std::iter::once("devcluster").chain(extra.iter().copied());
+        Cli::try_parse_from(argv).map(|cli| cli.args)
+    }
+
+    #[test]
+    fn serving_is_auto_by_default_and_https_with_certificate_files() {
+        assert_eq!(parse(&[]).unwrap().serving().unwrap(), Serving::Auto);
+        let files = parse(&["--tls-cert-file", "/c", "--tls-private-key-file", "/k"]).unwrap();
+        assert_eq!(
+            files.serving().unwrap(),
+            Serving::HttpsFiles {
+                cert_file: "/c".into(),
+                key_file: "/k".into()
+            }
+        );
+        let https = parse(&["--scheme", "https"]).unwrap();
+        assert_eq!(https.serving().unwrap(), Serving::HttpsGenerated);
+        let http = parse(&["--scheme", "http", "--authorization-mode", "RBAC"]).unwrap();
+        assert_eq!(http.serving().unwrap(), Serving::Http);
+    }
+
+    #[test]
+    fn simulated_nodes_get_their_pod_range_unless_told_to_leave_it_to_node_ipam() {
+        assert!(parse(&[]).unwrap().assign_pod_cidrs);
+        for off in [
+            &["--assign-pod-cidrs=false"][..],
+            &["--assign-pod-cidrs", "false"],
+        ] {
+            assert!(!parse(off).unwrap().assign_pod_cidrs);
+        }
+    }
+
+    #[test]
+    fn certificate_flags_go_together_and_not_with_plain_http() {
+        assert!(parse(&["--tls-cert-file", "/c"]).is_err());
+        assert!(parse(&["--tls-private-key-file", "/k"]).is_err());
+        let both = ["--tls-cert-file", "/c", "--tls-private-key-file", "/k"];
+        let http = parse(&[&both[..], &["--scheme", "http"]].concat()).unwrap();
+        assert!(http.serving().is_err());
     }
 }

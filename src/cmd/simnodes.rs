@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use flotilla_devcluster::{NodeSimulator, SimConfig};
+use flotilla_devcluster::{NodeSimulator, SimConfig, serve_control};
 
 use super::devcluster::shutdown_signal;
 use flotilla_common::parse_duration;
@@ -28,6 +28,16 @@ pub struct Args {
     /// How long pods with restartPolicy Never/OnFailure run before they are reported Succeeded.
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     pub job_pod_duration: Duration,
+    /// Whether the node simulator gives each node its pod range (`spec.podCIDR`) at registration.
+    /// `--assign-pod-cidrs=false` registers nodes without one, for a node-ipam controller
+    /// (`--allocate-node-cidrs`) to assign; their pods stay Pending until it does.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub assign_pod_cidrs: bool,
+    /// Serve the node control routes on this address (plain HTTP; keep it on loopback):
+    /// `POST /flotilla/v1/nodes/{name}/stop`, `…/start` and `…/conditions` with a JSON body such as
+    /// `{"MemoryPressure": true}`, as `flotilla devcluster --nodes N` serves them. Unset: none.
+    #[arg(long, value_name = "ADDR")]
+    pub control_listen: Option<std::net::SocketAddr>,
 }
 
 /// Runs `flotilla simnodes` until interrupted.
@@ -40,6 +50,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         nodes: args.nodes,
         pod_ready_delay: args.pod_ready_delay,
         job_pod_duration: args.job_pod_duration,
+        assign_pod_cidrs: args.assign_pod_cidrs,
         ..SimConfig::default()
     };
     config.validate()?;
@@ -50,12 +61,31 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     for name in &args.stop_nodes {
         simulator.stop_node(name)?;
     }
+    let stop_serving = tokio_util::sync::CancellationToken::new();
+    let control = match args.control_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            let local = listener.local_addr()?;
+            println!("node control routes on http://{local}/flotilla/v1/nodes/{{name}}/…");
+            let serving = serve_control(listener, simulator.handle(), stop_serving.clone());
+            Some(tokio::spawn(serving))
+        }
+        None => None,
+    };
     println!("simulating nodes: {}", simulator.node_names().join(", "));
     if !args.stop_nodes.is_empty() {
         println!("stopped: {}", args.stop_nodes.join(", "));
     }
     let signal = shutdown_signal().await;
     println!("received {signal}, stopping");
+    stop_serving.cancel();
+    if let Some(control) = control
+        && let Ok(Err(err)) = control.await
+    {
+        eprintln!("node control routes failed: {err}");
+    }
     simulator.shutdown().await;
     Ok(())
 }

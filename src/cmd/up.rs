@@ -167,7 +167,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.greetings,
         args.deployments,
         if args.workloads {
-            ", a Job, a CronJob, a DaemonSet and a StatefulSet"
+            ", a Job, a CronJob, a DaemonSet, a StatefulSet and a Service"
         } else {
             ""
         }
@@ -208,7 +208,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 args.greetings,
                 args.deployments,
                 if finished.is_some() {
-                    "; the Job, the CronJob's first Job, the DaemonSet and the StatefulSet done"
+                    "; the Job, the CronJob's first Job, the DaemonSet and the StatefulSet done, the Service has endpoints"
                 } else {
                     ""
                 }
@@ -232,7 +232,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.keep_running {
         println!(
-            "running; try: KUBECONFIG={} kubectl get greetings,configmaps,deployments,jobs,cronjobs,daemonsets,statefulsets,pods -n demo",
+            "running; try: KUBECONFIG={} kubectl get greetings,configmaps,deployments,jobs,cronjobs,daemonsets,statefulsets,services,endpointslices,pods -n demo",
             kubeconfig.display()
         );
         // The demo's fleets speak plaintext gRPC on loopback (`fleet_flags` passes

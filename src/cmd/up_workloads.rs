@@ -1,23 +1,29 @@
 //! The demo's sample workloads beyond Deployments, one per workload controller of the `builtins`
 //! fleet: a Job of three completions, a CronJob that starts a Job every minute, a DaemonSet on every
-//! simulated node and a StatefulSet of three replicas with a claim each (and its headless Service).
+//! simulated node, a StatefulSet of three replicas with a claim each (and its headless Service), and
+//! a Service `web` in front of a Deployment of three replicas.
 //! [`Workloads::progress`] reads how far each has come; the demo waits until every one is finished:
 //! the Job Complete, the CronJob's first Job succeeded, the DaemonSet and the StatefulSet ready and up
-//! to date.
+//! to date, and the Service's Endpoints and EndpointSlices listing every one of its pods as ready.
 //!
 //! The CronJob runs on the wall clock, as kube-controller-manager's does, so the demo waits up to a
 //! minute for its first Job.
 
 use anyhow::Context;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ListParams, PostParams};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 /// The namespace the samples go to.
 const NAMESPACE: &str = "demo";
+
+/// Replicas of the Deployment behind the sample Service.
+const WEB_REPLICAS: usize = 3;
 
 /// A pod template that the node simulator runs to success about a second after it starts.
 fn finishing_pod() -> Value {
@@ -45,19 +51,22 @@ pub struct WorkloadProgress {
     pub daemonset: bool,
     /// The StatefulSet's replicas are ready and at its update revision.
     pub statefulset: bool,
+    /// The Service `web` has every pod of its Deployment as a ready address in its Endpoints and
+    /// as a ready endpoint in its EndpointSlices.
+    pub service: bool,
 }
 
 impl WorkloadProgress {
     /// Every sample is finished.
     pub fn all(&self) -> bool {
-        self.job && self.cronjob && self.daemonset && self.statefulset
+        self.job && self.cronjob && self.daemonset && self.statefulset && self.service
     }
 
     /// One line for the demo's progress: each sample and whether it is finished.
     pub fn line(&self) -> String {
         let mark = |done: bool| if done { "done" } else { "running" };
         format!(
-            "Job {}, CronJob {}, DaemonSet {}, StatefulSet {}",
+            "Job {}, CronJob {}, DaemonSet {}, StatefulSet {}, Service {}",
             mark(self.job),
             if self.cronjob {
                 "ran a Job"
@@ -66,6 +75,11 @@ impl WorkloadProgress {
             },
             mark(self.daemonset),
             mark(self.statefulset),
+            if self.service {
+                "has endpoints"
+            } else {
+                "waiting for endpoints"
+            },
         )
     }
 }
@@ -76,8 +90,8 @@ impl Workloads {
         Self { client, nodes }
     }
 
-    /// Creates the four samples (and the StatefulSet's headless Service) in namespace demo, which
-    /// must exist.
+    /// Creates the samples (the StatefulSet's headless Service and the Service's Deployment too) in
+    /// namespace demo, which must exist.
     ///
     /// # Errors
     /// When the API refuses one.
@@ -135,7 +149,52 @@ impl Workloads {
             },
         }))
         .await?;
+        self.create::<Deployment>(json!({
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": WEB_REPLICAS,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{
+                        "name": "web", "image": "nginx:1.27",
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                    }]},
+                },
+            },
+        }))
+        .await?;
+        self.create::<Service>(json!({
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": "http"}]},
+        }))
+        .await?;
         Ok(())
+    }
+
+    /// The Service `web` lists every pod of its Deployment as ready, in its Endpoints (the
+    /// `endpoint` controller's) and in its EndpointSlices (the `endpointslice` controller's).
+    async fn service_ready(&self) -> bool {
+        let endpoints = self.get::<Endpoints>("web").await.is_some_and(|e| {
+            let subsets = e.subsets.unwrap_or_default();
+            let ready: usize = subsets
+                .iter()
+                .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+                .sum();
+            ready == WEB_REPLICAS
+        });
+        let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let selector = ListParams::default().labels("kubernetes.io/service-name=web");
+        let sliced = slices.list(&selector).await.is_ok_and(|list| {
+            let ready = list
+                .items
+                .iter()
+                .flat_map(|s| &s.endpoints)
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                .count();
+            ready == WEB_REPLICAS
+        });
+        endpoints && sliced
     }
 
     async fn create<K>(&self, object: Value) -> anyhow::Result<()>
@@ -198,6 +257,7 @@ impl Workloads {
             cronjob,
             daemonset,
             statefulset,
+            service: self.service_ready().await,
         }
     }
 
@@ -225,14 +285,19 @@ mod tests {
             cronjob: false,
             daemonset: true,
             statefulset: true,
+            service: true,
         };
         assert!(!progress.all());
         assert_eq!(
             progress.line(),
-            "Job done, CronJob waiting for its minute, DaemonSet done, StatefulSet done"
+            "Job done, CronJob waiting for its minute, DaemonSet done, StatefulSet done, Service has endpoints"
         );
         progress.cronjob = true;
         assert!(progress.all());
+        progress.service = false;
+        assert!(!progress.all());
+        assert!(progress.line().contains("Service waiting for endpoints"));
+        progress.service = true;
         assert!(progress.line().contains("CronJob ran a Job"));
     }
 }

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_controllers::{Settings, builtins};
+use flotilla_controllers::{
+    CidrList, NodeIpamConfig, NodeLifecycleSettings, RANGE_ALLOCATOR, Settings, builtins,
+};
 use flotilla_sdk::DynController;
 use flotilla_worker::{
     SelectionError, WorkerFlags, concurrency_arg, concurrency_value, select_controllers,
@@ -28,6 +30,81 @@ pub struct Args {
     /// is then in sped-up time. Hidden; the default is the wall clock, as kube-controller-manager.
     #[arg(long, hide = true, default_value = "60s", value_parser = flotilla_common::parse_duration)]
     cronjob_minute: std::time::Duration,
+    /// The most endpoints the endpointslice controller puts in one EndpointSlice, 1 to 1000
+    /// (kube-controller-manager's flag and default).
+    #[arg(long, default_value_t = Settings::default().max_endpoints_per_slice, allow_negative_numbers = true)]
+    max_endpoints_per_slice: i32,
+    /// kube-controller-manager's batching of pod changes into EndpointSlice updates; accepted for
+    /// compatibility and not applied: the fleet's queue already coalesces a Service's changes while
+    /// it waits or syncs.
+    #[arg(long, default_value = "0s", value_parser = flotilla_common::parse_duration)]
+    endpointslice_updates_batch_period: std::time::Duration,
+    /// How long the endpoint controller puts off a sync caused by a pod change, so the pod changes
+    /// within it land in one Endpoints write (kube-controller-manager's flag and default).
+    #[arg(long, default_value = "0s", value_parser = flotilla_common::parse_duration)]
+    endpoint_updates_batch_period: std::time::Duration,
+    /// The most addresses of one Endpoints subset the endpointslicemirroring controller mirrors, 1
+    /// to 1000 (kube-controller-manager's flag and default).
+    #[arg(long, default_value_t = Settings::default().mirroring_max_endpoints_per_subset, allow_negative_numbers = true)]
+    mirroring_max_endpoints_per_subset: i32,
+    /// How long the endpointslicemirroring controller puts off a sync caused by a change of a
+    /// mirrored EndpointSlice (kube-controller-manager's flag and default).
+    #[arg(long, default_value = "0s", value_parser = flotilla_common::parse_duration)]
+    mirroring_endpointslice_updates_batch_period: std::time::Duration,
+    /// How long a node that reported once may go without a heartbeat (its Ready condition's or its
+    /// Lease's) before the nodelifecycle controller marks it Unknown (kube-controller-manager's flag
+    /// and v1.32 default).
+    #[arg(long, default_value = "50s", value_parser = flotilla_common::parse_duration)]
+    node_monitor_grace_period: std::time::Duration,
+    /// The same for a node that never posted its status (kube-controller-manager's flag and default).
+    #[arg(long, default_value = "1m0s", value_parser = flotilla_common::parse_duration)]
+    node_startup_grace_period: std::time::Duration,
+    /// How long a node is seen not ready before its NoExecute taint is decided, and how often a node
+    /// held back by its zone's state is looked at again (kube-controller-manager's flag and default).
+    #[arg(long, default_value = "5s", value_parser = flotilla_common::parse_duration)]
+    node_monitor_period: std::time::Duration,
+    /// Nodes per second tainted NoExecute in a healthy zone (kube-controller-manager's flag and
+    /// default).
+    #[arg(long, default_value_t = Settings::default().node_lifecycle.node_eviction_rate)]
+    node_eviction_rate: f32,
+    /// Nodes per second tainted NoExecute in a partially disrupted zone larger than
+    /// --large-cluster-size-threshold (kube-controller-manager's flag and default).
+    #[arg(long, default_value_t = Settings::default().node_lifecycle.secondary_node_eviction_rate)]
+    secondary_node_eviction_rate: f32,
+    /// A partially disrupted zone of at most this many nodes gets no NoExecute taint
+    /// (kube-controller-manager's flag and default).
+    #[arg(long, default_value_t = Settings::default().node_lifecycle.large_cluster_size_threshold)]
+    large_cluster_size_threshold: i32,
+    /// The share of not-ready nodes (and more than two) from which a zone is partially disrupted
+    /// (kube-controller-manager's flag and default).
+    #[arg(long, default_value_t = Settings::default().node_lifecycle.unhealthy_zone_threshold)]
+    unhealthy_zone_threshold: f32,
+    /// Whether the nodeipam controller gives Nodes pod CIDRs from --cluster-cidr
+    /// (kube-controller-manager's flag and default; off, the controller does nothing).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set)]
+    allocate_node_cidrs: bool,
+    /// CIDR range of the Pods in the cluster, or two of different families for dual-stack; needed by
+    /// --allocate-node-cidrs (kube-controller-manager's flag).
+    #[arg(long, default_value = "")]
+    cluster_cidr: CidrList,
+    /// Mask size of each Node's CIDR in a single-stack cluster; 0: 24 for IPv4, 64 for IPv6
+    /// (kube-controller-manager's flag and default).
+    #[arg(long, default_value_t = 0)]
+    node_cidr_mask_size: u8,
+    /// Mask size of each Node's IPv4 CIDR; 0: 24 (kube-controller-manager's flag and default).
+    #[arg(long, default_value_t = 0)]
+    node_cidr_mask_size_ipv4: u8,
+    /// Mask size of each Node's IPv6 CIDR; 0: 64 (kube-controller-manager's flag and default).
+    #[arg(long, default_value_t = 0)]
+    node_cidr_mask_size_ipv6: u8,
+    /// The Services' CIDR range(s), at most one per family: Node CIDRs never overlap them
+    /// (kube-controller-manager's flag).
+    #[arg(long, default_value = "")]
+    service_cluster_ip_range: CidrList,
+    /// The node CIDR allocator: only RangeAllocator (kube-controller-manager's flag and default;
+    /// CloudAllocator needs a cloud provider).
+    #[arg(long, default_value = RANGE_ALLOCATOR)]
+    cidr_allocator_type: String,
 }
 
 impl Args {
@@ -36,6 +113,30 @@ impl Args {
         Settings {
             terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
             cronjob_minute: self.cronjob_minute,
+            max_endpoints_per_slice: self.max_endpoints_per_slice,
+            endpointslice_updates_batch_period: self.endpointslice_updates_batch_period,
+            endpoint_updates_batch_period: self.endpoint_updates_batch_period,
+            mirroring_max_endpoints_per_subset: self.mirroring_max_endpoints_per_subset,
+            mirroring_endpointslice_updates_batch_period: self
+                .mirroring_endpointslice_updates_batch_period,
+            node_lifecycle: NodeLifecycleSettings {
+                node_monitor_grace_period: self.node_monitor_grace_period,
+                node_startup_grace_period: self.node_startup_grace_period,
+                node_monitor_period: self.node_monitor_period,
+                node_eviction_rate: self.node_eviction_rate,
+                secondary_node_eviction_rate: self.secondary_node_eviction_rate,
+                large_cluster_size_threshold: self.large_cluster_size_threshold,
+                unhealthy_zone_threshold: self.unhealthy_zone_threshold,
+            },
+            node_ipam: NodeIpamConfig {
+                allocate_node_cidrs: self.allocate_node_cidrs,
+                cluster_cidr: self.cluster_cidr,
+                node_cidr_mask_size: self.node_cidr_mask_size,
+                node_cidr_mask_size_ipv4: self.node_cidr_mask_size_ipv4,
+                node_cidr_mask_size_ipv6: self.node_cidr_mask_size_ipv6,
+                service_cluster_ip_range: self.service_cluster_ip_range,
+                range_allocator: self.cidr_allocator_type == RANGE_ALLOCATOR,
+            },
         }
     }
 }
@@ -178,6 +279,59 @@ mod tests {
     }
 
     #[test]
+    fn the_endpoint_and_mirroring_flags_are_kube_controller_managers() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: super::Args,
+        }
+        use clap::Parser;
+        let endpoints = ["w", "--etcd-endpoints", "http://a:2379"];
+        let settings = Cli::try_parse_from(endpoints).unwrap().args.settings();
+        assert_eq!(
+            settings.endpoint_updates_batch_period,
+            std::time::Duration::ZERO
+        );
+        assert_eq!(settings.mirroring_max_endpoints_per_subset, 1000);
+        assert_eq!(
+            settings.mirroring_endpointslice_updates_batch_period,
+            std::time::Duration::ZERO
+        );
+        let given = endpoints.iter().copied().chain([
+            "--endpoint-updates-batch-period",
+            "500ms",
+            "--mirroring-max-endpoints-per-subset",
+            "10",
+            "--mirroring-endpointslice-updates-batch-period",
+            "1s",
+        ]);
+        let settings = Cli::try_parse_from(given).unwrap().args.settings();
+        assert_eq!(
+            settings.endpoint_updates_batch_period,
+            std::time::Duration::from_millis(500)
+        );
+        assert_eq!(settings.mirroring_max_endpoints_per_subset, 10);
+        assert_eq!(
+            settings.mirroring_endpointslice_updates_batch_period,
+            std::time::Duration::from_secs(1)
+        );
+        assert!(settings.validate().is_ok());
+        let too_many = Settings {
+            mirroring_max_endpoints_per_subset: 1001,
+            ..settings
+        };
+        assert!(too_many.validate().is_err());
+        assert_eq!(concurrency_of(&[], "endpoint"), 5);
+        assert_eq!(
+            concurrency_of(
+                &["--mirroring-concurrent-service-endpoint-syncs", "2"],
+                "endpointslicemirroring"
+            ),
+            2
+        );
+    }
+
+    #[test]
     fn the_cronjob_minute_flag_defaults_to_a_real_minute_and_takes_a_duration() {
         #[derive(clap::Parser)]
         struct Cli {
@@ -198,6 +352,146 @@ mod tests {
             3
         );
         assert_eq!(concurrency_of(&[], "cronjob"), 5);
+    }
+
+    #[test]
+    fn the_endpointslice_flags_are_kube_controller_managers() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: super::Args,
+        }
+        use clap::Parser;
+        let endpoints = ["w", "--etcd-endpoints", "http://a:2379"];
+        let cli = Cli::try_parse_from(endpoints).unwrap();
+        assert_eq!(cli.args.settings().max_endpoints_per_slice, 100);
+        assert!(
+            cli.args
+                .settings()
+                .endpointslice_updates_batch_period
+                .is_zero()
+        );
+        let set = endpoints.iter().copied().chain([
+            "--max-endpoints-per-slice",
+            "1001",
+            "--endpointslice-updates-batch-period",
+            "1s",
+        ]);
+        let cli = Cli::try_parse_from(set).unwrap();
+        assert_eq!(
+            cli.args
+                .settings()
+                .endpointslice_updates_batch_period
+                .as_secs(),
+            1
+        );
+        assert!(cli.args.settings().validate().is_err(), "1001 is refused");
+        assert_eq!(
+            concurrency_of(
+                &["--concurrent-service-endpoint-syncs", "9"],
+                "endpointslice"
+            ),
+            9
+        );
+        assert_eq!(concurrency_of(&[], "endpointslice"), 5);
+    }
+
+    #[test]
+    fn the_node_lifecycle_flags_are_kube_controller_managers_with_its_v1_32_defaults() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: super::Args,
+        }
+        use clap::Parser;
+        let endpoints = ["w", "--etcd-endpoints", "http://a:2379"];
+        let cli = Cli::try_parse_from(endpoints).unwrap();
+        assert_eq!(
+            cli.args.settings().node_lifecycle,
+            NodeLifecycleSettings::default()
+        );
+        let nl = cli.args.settings().node_lifecycle;
+        assert_eq!(nl.node_monitor_grace_period.as_secs(), 50);
+        assert_eq!(nl.node_startup_grace_period.as_secs(), 60);
+        assert_eq!(nl.node_monitor_period.as_secs(), 5);
+        assert_eq!(
+            (nl.node_eviction_rate, nl.secondary_node_eviction_rate),
+            (0.1, 0.01)
+        );
+        assert_eq!(nl.large_cluster_size_threshold, 50);
+        assert_eq!(nl.unhealthy_zone_threshold, 0.55);
+        let set = endpoints.iter().copied().chain([
+            "--node-monitor-grace-period",
+            "4s",
+            "--node-monitor-period",
+            "500ms",
+            "--node-eviction-rate",
+            "0.5",
+            "--large-cluster-size-threshold",
+            "2",
+        ]);
+        let cli = Cli::try_parse_from(set).unwrap();
+        let nl = cli.args.settings().node_lifecycle;
+        assert_eq!(nl.node_monitor_grace_period.as_secs(), 4);
+        assert_eq!(nl.node_monitor_period.as_millis(), 500);
+        assert_eq!(nl.node_eviction_rate, 0.5);
+        assert_eq!(nl.large_cluster_size_threshold, 2);
+        let zero = endpoints
+            .iter()
+            .copied()
+            .chain(["--node-monitor-period", "0s"]);
+        let cli = Cli::try_parse_from(zero).unwrap();
+        assert!(cli.args.settings().validate().is_err());
+        assert_eq!(concurrency_of(&[], "nodelifecycle"), 5);
+        assert_eq!(
+            concurrency_of(&["--concurrent-node-lifecycle-syncs", "2"], "nodelifecycle"),
+            2
+        );
+    }
+
+    #[test]
+    fn the_node_ipam_flags_are_kube_controller_managers_and_default_to_no_allocation() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: super::Args,
+        }
+        use clap::Parser;
+        let endpoints = ["w", "--etcd-endpoints", "http://a:2379"];
+        let cli = Cli::try_parse_from(endpoints).unwrap();
+        let ipam = cli.args.settings().node_ipam;
+        assert!(!ipam.allocate_node_cidrs);
+        assert!(ipam.range_allocator);
+        assert_eq!(cli.args.settings().validate(), Ok(()));
+        let on = endpoints.iter().copied().chain([
+            "--allocate-node-cidrs",
+            "--cluster-cidr",
+            "10.244.0.0/16,fd00::/48",
+            "--node-cidr-mask-size-ipv4",
+            "25",
+            "--service-cluster-ip-range=10.244.0.0/20",
+        ]);
+        let cli = Cli::try_parse_from(on).unwrap();
+        let ipam = cli.args.settings().node_ipam;
+        assert!(ipam.allocate_node_cidrs);
+        assert_eq!(ipam.cluster_cidr.len(), 2);
+        assert_eq!(ipam.node_cidr_mask_size_ipv4, 25);
+        assert_eq!(ipam.service_cluster_ip_range.len(), 1);
+        assert_eq!(cli.args.settings().validate(), Ok(()));
+        let bad = endpoints
+            .iter()
+            .copied()
+            .chain(["--cluster-cidr", "10.0.0.0/33"]);
+        assert!(Cli::try_parse_from(bad).is_err());
+        let cloud = endpoints
+            .iter()
+            .copied()
+            .chain(["--cidr-allocator-type", "CloudAllocator"]);
+        let cli = Cli::try_parse_from(cloud).unwrap();
+        assert!(cli.args.settings().validate().is_err());
+        assert_eq!(concurrency_of(&[], "nodeipam"), 1);
+        assert_eq!(concurrency_of(&["--concurrent-ttl-syncs", "2"], "ttl"), 2);
+        assert_eq!(concurrency_of(&[], "service-cidr"), 5);
     }
 
     #[test]

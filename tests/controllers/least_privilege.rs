@@ -1,13 +1,14 @@
 //! Least privilege, proven: a devcluster authorizing with RBAC, a fleet whose coordinator and
 //! workers each present a ServiceAccount token bound only to `flotilla rbac`'s rules for their role.
 //! With `--controllers '*'` it rolls out Deployments and a ReplicationController, runs a Job, has a
-//! CronJob start one, scales a StatefulSet with a claim up and away, runs a DaemonSet, keeps a PodDisruptionBudget's
-//! status, garbage-collects (a Deployment deleted with background propagation takes its ReplicaSets
+//! CronJob start one, scales a StatefulSet with a claim up and away, runs a DaemonSet, gives a bare Node its pod CIDR and TTL, keeps a PodDisruptionBudget's
+//! status, keeps a Service's EndpointSlice, evicts a pod from a node tainted `NoExecute`, garbage-collects (a Deployment deleted with background propagation takes its ReplicaSets
 //! and pods; a ConfigMap owned by a deleted ConfigMap goes) and deletes a namespace. With the narrow controllers only
 //! (`deployment,replicaset,replicationcontroller,serviceaccount`: no garbage collector or namespace
 //! controller, whose wildcards cover much of the others' rules) it rolls out and adopts orphans; the
 //! garbage collector alone handles each propagation policy; the namespace controller alone empties
-//! and removes a namespace.
+//! and removes a namespace; the node-lifecycle controller (with seconds of grace) marks a silent node
+//! Unknown, taints it and marks its pod not ready, twice.
 //!
 //! Then every rule is shown to be needed: devcluster records each authorization decision with every
 //! rule that allowed it, and each verb of each rule of each role must have allowed some request of
@@ -23,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use flotilla_devcluster::Decision;
+use flotilla_devcluster::{Decision, SimConfig};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
@@ -446,6 +447,96 @@ async fn keep_a_budget(admin: &kube::Client, ns: &str) {
     .await;
 }
 
+/// A Service whose first pod comes after it: the endpointslice controller creates the empty
+/// placeholder slice (its controller reference carries `blockOwnerDeletion`: `services/finalizers`
+/// `update`), then rewrites it with the pod once the pod is Ready (`endpointslices` `update`).
+async fn serve_endpoints(admin: &kube::Client, ns: &str) {
+    let services = format!("/api/v1/namespaces/{ns}/services");
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "lp-web"},
+        "spec": {"selector": {"app": "lp-web"}, "ports": [{"port": 80}]},
+    });
+    raw::post(admin, &services, &service).await.expect_ok(201);
+    let slices = format!(
+        "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dlp-web"
+    );
+    let endpoints = || async {
+        let list = raw::get(admin, &slices).await.expect_ok(200);
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        (items.len() == 1).then(|| items[0]["endpoints"].as_array().map_or(0, Vec::len))
+    };
+    wait_for(CONVERGE, "Service lp-web's placeholder slice", || async {
+        (endpoints().await == Some(0)).then_some(())
+    })
+    .await;
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "lp-web", "labels": {"app": "lp-web"}},
+        "spec": {"nodeName": "sim-node-0",
+                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+    });
+    raw::post(admin, &format!("/api/v1/namespaces/{ns}/pods"), &pod)
+        .await
+        .expect_ok(201);
+    wait_for(
+        CONVERGE,
+        "Service lp-web's slice to hold its pod",
+        || async { (endpoints().await == Some(1)).then_some(()) },
+    )
+    .await;
+}
+
+/// Hand-made Endpoints of a Service without a selector: the endpointslice-mirroring controller
+/// mirrors them into a slice (its controller reference to the Endpoints carries
+/// `blockOwnerDeletion`: `endpoints/finalizers` `update`) and rewrites it when they change. (The
+/// endpoint controller writes the Endpoints of [`serve_endpoints`]'s Service: `endpoints` `create`
+/// and `update`.)
+async fn mirror_endpoints(admin: &kube::Client, ns: &str) {
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "lp-manual"},
+        "spec": {"ports": [{"port": 80}]},
+    });
+    let services = format!("/api/v1/namespaces/{ns}/services");
+    raw::post(admin, &services, &service).await.expect_ok(201);
+    let endpoints = |ip: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "lp-manual"},
+            "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": 80}]}],
+        })
+    };
+    let path = format!("/api/v1/namespaces/{ns}/endpoints");
+    raw::post(admin, &path, &endpoints("192.168.30.1"))
+        .await
+        .expect_ok(201);
+    let slices = format!(
+        "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dlp-manual"
+    );
+    let mirrored = |ip: &'static str| {
+        let slices = slices.clone();
+        async move {
+            let list = raw::get(admin, &slices).await.expect_ok(200);
+            let items = list["items"].as_array().cloned().unwrap_or_default();
+            (items.len() == 1 && items[0]["endpoints"][0]["addresses"][0] == ip).then_some(())
+        }
+    };
+    wait_for(CONVERGE, "Endpoints lp-manual mirrored", || {
+        mirrored("192.168.30.1")
+    })
+    .await;
+    raw::patch(
+        admin,
+        &format!("{path}/lp-manual"),
+        "application/merge-patch+json",
+        &json!({"subsets": [{"addresses": [{"ip": "192.168.30.2"}], "ports": [{"port": 80}]}]}),
+    )
+    .await
+    .expect_ok(200);
+    wait_for(CONVERGE, "the mirrored slice updated", || {
+        mirrored("192.168.30.2")
+    })
+    .await;
+}
+
 /// A Job runs to completion: the job controller creates its pod (carrying `blockOwnerDeletion`, hence
 /// `jobs/finalizers` `update`), removes the pod's tracking finalizer and patches the Job's status.
 async fn run_a_job(admin: &kube::Client, ns: &str) {
@@ -550,6 +641,26 @@ async fn run_a_statefulset(admin: &kube::Client, ns: &str) {
     .await;
 }
 
+/// A bare Node (the simulated ones bring their own `podCIDR`): the nodeipam controller lists Nodes
+/// live and patches its range in; the ttl controller annotates it.
+async fn allocate_a_node_cidr(admin: &kube::Client) {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin.clone());
+    let name = format!("lp-bare-{}", random_suffix(5));
+    let node = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    wait_for(CONVERGE, "the bare node's pod CIDR and ttl", || async {
+        let node = nodes.get(&name).await.ok()?;
+        let annotated = node
+            .metadata
+            .annotations
+            .is_some_and(|a| a.contains_key("node.alpha.kubernetes.io/ttl"));
+        let cidr = node.spec?.pod_cidr.filter(|c| !c.is_empty())?;
+        annotated.then_some(cidr)
+    })
+    .await;
+    nodes.delete(&name, &DeleteParams::default()).await.unwrap();
+}
+
 /// A DaemonSet on one node (its nodeSelector names the first simulated node, which the node
 /// simulator's binder honours): the daemonset controller creates its revision and its pod (both
 /// carrying `blockOwnerDeletion`: `daemonsets/finalizers` `update`) and writes its status.
@@ -581,6 +692,54 @@ async fn run_a_daemonset(admin: &kube::Client, ns: &str) {
     .await;
 }
 
+/// A pod on a node tainted `NoExecute` (a key of this test's own, untolerated) is evicted by the
+/// taint-eviction controller: its `DisruptionTarget` condition (`pods/status` `patch`), the delete,
+/// the Event. The taint goes once the pod has; other pods it evicted meanwhile are replaced by their
+/// controllers.
+async fn evict_by_taint(admin: &kube::Client, ns: &str) {
+    let node = "sim-node-1";
+    let key = format!("flotilla.dev/lp-{}", random_suffix(5));
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "tainted"},
+        "spec": {"nodeName": node,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let path = format!("/api/v1/nodes/{node}");
+    let taints = |taints: Value| json!({"spec": {"taints": taints}});
+    let added =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let tainted = json!([{"key": key, "effect": "NoExecute", "timeAdded": added}]);
+    raw::patch(
+        admin,
+        &path,
+        "application/merge-patch+json",
+        &taints(tainted),
+    )
+    .await
+    .expect_ok(200);
+    wait_for(
+        CONVERGE,
+        "the pod on the tainted node to be evicted",
+        || async {
+            match pods.get_opt("tainted").await.ok()? {
+                None => Some(()),
+                Some(p) => p.metadata.deletion_timestamp.map(drop),
+            }
+        },
+    )
+    .await;
+    raw::patch(
+        admin,
+        &path,
+        "application/merge-patch+json",
+        &taints(Value::Null),
+    )
+    .await
+    .expect_ok(200);
+}
 /// Orphans adopted: a pod by a ReplicaSet and by a ReplicationController (each reads its owner live
 /// first, then patches the pod), and a ReplicaSet by a Deployment.
 async fn adopt_orphans(admin: &kube::Client, ns: &str) {
@@ -695,9 +854,18 @@ struct LeastFleet {
 
 impl LeastFleet {
     async fn start(controllers: &str) -> Self {
+        let sim = SimConfig {
+            nodes: 2,
+            ..SimConfig::default()
+        };
+        Self::start_with(controllers, sim, &[]).await
+    }
+
+    /// [`Self::start`] with the node simulator configured by `sim` and `extra` worker flags.
+    async fn start_with(controllers: &str, sim: SimConfig, extra: &[&str]) -> Self {
         let cluster = TestCluster::builder()
             .with_rbac()
-            .with_nodes(2)
+            .with_sim_config(sim)
             .start()
             .await;
         let admin = cluster.client();
@@ -733,13 +901,18 @@ impl LeastFleet {
         fleet.kubeconfig = worker_config;
         for id in ["w0", "w1"] {
             // Schedule minutes of a second, so a CronJob starts its Job at once (a test-only flag).
-            let args = [
+            let mut args = vec![
                 "worker",
                 "--controllers",
                 controllers,
                 "--cronjob-minute",
                 "1s",
+                // Node CIDRs, so the nodeipam controller has work (off by default, as upstream).
+                "--allocate-node-cidrs",
+                "--cluster-cidr",
+                "10.244.0.0/16",
             ];
+            args.extend_from_slice(extra);
             workers.push(fleet.worker("flotilla", id, &args));
         }
         fleet.wait_for_workers(2, Duration::from_secs(60)).await;
@@ -793,7 +966,11 @@ async fn a_fleet_bound_only_to_flotilla_rbacs_rules_does_its_work_and_needs_ever
     run_a_cronjob(admin, &ns).await;
     run_a_statefulset(admin, &ns).await;
     run_a_daemonset(admin, &ns).await;
+    allocate_a_node_cidr(admin).await;
+    serve_endpoints(admin, &ns).await;
+    mirror_endpoints(admin, &ns).await;
     collect_garbage(admin, &ns).await;
+    evict_by_taint(admin, &ns).await;
     delete_a_namespace(admin).await;
     lp.assert_every_rule_needed(&[(
         "pods/status",
@@ -980,4 +1157,96 @@ async fn a_namespace_controller_fleet_needs_every_rule_of_its_own() {
         "items are deleted one by one only where deletecollection is not served, and every \
          namespaced resource of devcluster (as of kube-apiserver 1.36's built-ins) serves it",
     )]);
+}
+
+/// The node-lifecycle controller alone, with seconds of grace: a simulated node stops heartbeating
+/// and is marked Unknown (`nodes/status` `patch`, after its Lease is read live: `leases` `get`),
+/// tainted (`nodes` `patch`) and its pod marked not ready (`pods/status` `patch`, an Event); it comes
+/// back, is untainted, and goes dark once more, so its `NodeNotReady` Event repeats (`events` `patch`).
+#[tokio::test]
+async fn a_node_lifecycle_fleet_needs_every_rule_of_its_own() {
+    let sim = SimConfig {
+        nodes: 2,
+        lease_renew_interval: Duration::from_millis(500),
+        ..SimConfig::default()
+    };
+    let flags = [
+        "--node-monitor-grace-period",
+        "3s",
+        "--node-monitor-period",
+        "500ms",
+    ];
+    // With the serviceaccount controller, whose informer needs the coordinator's `namespaces`
+    // `list`/`watch` (granted whatever the controllers; a fleet of node controllers alone, unscoped,
+    // never watches namespaces).
+    let lp = LeastFleet::start_with("nodelifecycle,serviceaccount", sim, &flags).await;
+    let admin = &lp.admin;
+    let ns = unique_namespace(admin, "lp").await;
+    let dark = "sim-node-0";
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-dark"},
+        "spec": {"nodeName": dark,
+                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+    });
+    let pods = format!("/api/v1/namespaces/{ns}/pods");
+    raw::post(admin, &pods, &pod).await.expect_ok(201);
+    let ready = |status: &'static str| {
+        let path = format!("{pods}/on-dark");
+        async move {
+            let pod = raw::get(admin, &path).await.expect_ok(200);
+            pod["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == status)
+                .then_some(())
+        }
+    };
+    wait_for(CONVERGE, "pod on-dark to be ready", || ready("True")).await;
+    let node_path = format!("/api/v1/nodes/{dark}");
+    let node_ready = |status: &'static str| {
+        let path = node_path.clone();
+        async move {
+            let node = raw::get(admin, &path).await.expect_ok(200);
+            let ready = node["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == status);
+            let tainted = node["spec"]["taints"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty());
+            (ready && tainted == (status != "True")).then_some(())
+        }
+    };
+    for round in 0..2 {
+        lp.cluster.stop_node(dark);
+        wait_for(
+            CONVERGE,
+            &format!("{dark} Unknown and tainted ({round})"),
+            || node_ready("Unknown"),
+        )
+        .await;
+        wait_for(CONVERGE, "pod on-dark to be marked not ready", || {
+            ready("False")
+        })
+        .await;
+        lp.cluster.start_node(dark);
+        wait_for(
+            CONVERGE,
+            &format!("{dark} Ready and untainted ({round})"),
+            || node_ready("True"),
+        )
+        .await;
+    }
+    let events =
+        format!("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{dark}");
+    wait_for(CONVERGE, "NodeNotReady counted twice", || async {
+        let list = raw::get(admin, &events).await.expect_ok(200);
+        list["items"]
+            .as_array()?
+            .iter()
+            .any(|e| e["reason"] == "NodeNotReady" && e["count"] == 2)
+            .then_some(())
+    })
+    .await;
+    lp.assert_every_rule_needed(&[]);
 }

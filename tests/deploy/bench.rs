@@ -1,6 +1,7 @@
-//! `flotilla bench jobs` end to end, as a user runs it: the binary starts its own etcd, devcluster
-//! with simulated nodes, coordinator and worker (or, with `FLOTILLA_TEST_KUBECONFIG`, its fleet on that
-//! cluster), runs 3 Jobs of 2 pods to completion, and writes a report that parses and says so.
+//! `flotilla bench jobs` and `flotilla bench endpoints` end to end, as a user runs them: the binary
+//! starts its own etcd, devcluster with simulated nodes, coordinator and worker (or, with
+//! `FLOTILLA_TEST_KUBECONFIG`, its fleet on that cluster), runs 3 Jobs of 2 pods to completion — or
+//! flips the readiness of a Service's pods — and writes a report that parses and says so.
 
 use std::time::Duration;
 
@@ -97,5 +98,66 @@ async fn bench_jobs_runs_every_job_to_completion_and_reports_it() {
         // Alone on its devcluster the fleet's job controller made every pod: 3 Jobs × 2, no more.
         assert_eq!(run["requests_by_verb"]["create pods"], 6.0, "{report:#}");
         assert!(run["devcluster_peak_rss_mib"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[tokio::test]
+async fn bench_endpoints_sees_every_flip_in_a_slice_and_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let output_path = dir.path().join("endpoints.json");
+    let mut args: Vec<String> = [
+        "bench",
+        "endpoints",
+        "--pods",
+        "200",
+        "--nodes",
+        "1",
+        "--flips-per-second",
+        "5",
+        "--duration",
+        "3s",
+        "--runs",
+        "1",
+        "--timeout",
+        "90s",
+        "--output",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    args.push(output_path.display().to_string());
+    if let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) {
+        args.push("--kubeconfig".to_owned());
+        args.push(kubeconfig.to_string_lossy().into_owned());
+    }
+    let mut command = tokio::process::Command::new(binary("flotilla"));
+    command.args(&args).kill_on_drop(true);
+    let output = match tokio::time::timeout(RUN_BOUND, command.output()).await {
+        Ok(output) => output.unwrap(),
+        Err(_) => panic!(
+            "`flotilla {}` still runs after {RUN_BOUND:?}",
+            args.join(" ")
+        ),
+    };
+    assert!(output.status.success(), "{}", describe(&output));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&output_path).unwrap()).unwrap();
+    assert_eq!(report["benchmark"], "endpoints");
+    let run = &report["runs"][0];
+    let flips = run["flips"].as_u64().unwrap();
+    assert!(flips >= 10, "3 s at 5 a second: {report:#}");
+    assert_eq!(run["unseen"], 0, "every flip shows in a slice: {report:#}");
+    assert!(
+        report["median"]["p99_ms"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
+    // 200 pods need two slices of 100 at least (more when pods became ready in batches).
+    assert!(run["slices"].as_u64().unwrap() >= 2, "{report:#}");
+    if !is_external() {
+        // Alone on its devcluster only the fleet writes the slices, at most once per flip: the
+        // minimal-change reconciler rewrites the one slice holding the pod, and coalesced flips
+        // share a write.
+        let writes = run["slice_writes"].as_u64().unwrap();
+        assert!(writes >= 1 && writes <= flips, "{report:#}");
     }
 }

@@ -1,7 +1,8 @@
 //! `flotilla up --keep-running` in a pseudo-terminal, on a small demo: the steps are ticked off, the
-//! workloads (a Job, a CronJob, a DaemonSet, a StatefulSet) finish, the live view of the `demo` fleet
-//! follows once the samples are reconciled, and Ctrl-C stops it with exit status 0 and leaves no
-//! process it started running. Without a terminal (and without the workloads) it prints plain lines.
+//! workloads (a Job, a CronJob, a DaemonSet, a StatefulSet, a Service with endpoints) finish, the live
+//! view of the `demo` fleet follows once the samples are reconciled, `kubectl describe` lists a
+//! Deployment's Events, and Ctrl-C stops it with exit status 0 and leaves no process it started
+//! running. Without a terminal (and without the workloads) it prints plain lines.
 
 use std::time::Duration;
 
@@ -44,6 +45,43 @@ fn after<'a>(screen: &'a str, prefix: &str) -> &'a str {
         .split(['\r', '\n', ' '])
         .next()
         .unwrap_or_default()
+}
+
+/// `kubectl describe deployment web` on the demo ends with the Deployment's Events, as the
+/// deployment controller recorded them (kubectl selects them by `involvedObject.*` fields). Skipped,
+/// saying so, when kubectl is not installed.
+async fn describe_lists_the_events(kubeconfig: &str) {
+    let installed = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        eprintln!("kubectl describe skipped: kubectl is not installed");
+        return;
+    }
+    let describe = tokio::process::Command::new("kubectl")
+        .args(["--kubeconfig", kubeconfig, "--namespace", "demo"])
+        .args(["--request-timeout", "20s", "describe", "deployment", "web"])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(30), describe)
+        .await
+        .expect("kubectl describe within 30 s")
+        .expect("kubectl runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "kubectl describe failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let events = stdout
+        .split("Events:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Events section: {stdout}"));
+    assert!(
+        events.contains("ScalingReplicaSet") && events.contains("deployment-controller"),
+        "the Deployment's Events are not listed: {stdout}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -91,7 +129,7 @@ async fn up_ticks_off_its_steps_shows_the_live_view_and_stops_everything_on_ctrl
                 "✔  starting fleet \"builtins\"",
                 "✔  applying the sample workload",
                 "✔  waiting for the fleets to reconcile the samples",
-                "the Job, the CronJob's first Job, the DaemonSet and the StatefulSet done",
+                "the Job, the CronJob's first Job, the DaemonSet and the StatefulSet done, the Service has endpoints",
                 // The live view.
                 "leader coordinator-0",
                 "worker-0",
@@ -104,6 +142,8 @@ async fn up_ticks_off_its_steps_shows_the_live_view_and_stops_everything_on_ctrl
         !processes_with(&logs).is_empty(),
         "no process of the demo found: {shown:?}"
     );
+    let kubeconfig = after(&shown, "kubeconfig ").to_owned();
+    describe_lists_the_events(&kubeconfig).await;
 
     pty.ctrl_c().await;
     let (status, screen) = pty.wait(Duration::from_secs(60)).await;

@@ -94,7 +94,8 @@ impl TestClusterBuilder {
     }
 
     /// Authorize the devcluster's requests with RBAC (`--authorization-mode RBAC`); the test's client
-    /// and kubeconfig then carry an admin token. Ignored on an external cluster, which has its own.
+    /// and kubeconfig then carry an admin token, and the devcluster serves HTTPS (so kubectl sends
+    /// the token), the kubeconfig carrying its CA. Ignored on an external cluster, which has its own.
     pub fn with_rbac(mut self) -> Self {
         self.auth.authorization_mode = AuthorizationMode::Rbac;
         self

@@ -15,7 +15,12 @@ mod worker;
 pub use coordinator::coordinator_rules;
 pub use fleet::{FleetRules, fleet_rules};
 pub use rules::{ALL, Rules};
+pub(crate) use worker::endpointslice;
+pub(crate) use worker::nodelifecycle;
+pub(crate) use worker::tainteviction;
 pub(crate) use worker::{
     cronjob, daemonset, deployment, disruption, garbagecollector, job, namespace, podgc,
     replicaset, replicationcontroller, serviceaccount, statefulset, ttlafterfinished,
 };
+pub(crate) use worker::{endpoints, endpointslicemirroring};
+pub(crate) use worker::{nodeipam, servicecidrs, ttl};

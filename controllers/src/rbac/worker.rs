@@ -122,6 +122,18 @@ pub(crate) fn podgc() -> Rules {
         .grant("", &["pods"], &["delete"])
 }
 
+/// The taint-eviction controller adds the `DisruptionTarget` condition with a strategic merge patch
+/// of `pods/status`, deletes pods (guarded by their UID) and records Events; a node's pods come from
+/// the cache.
+pub(crate) fn tainteviction() -> Rules {
+    let mut rules =
+        Rules::new()
+            .grant("", &["pods/status"], &["patch"])
+            .grant("", &["pods"], &["delete"]);
+    rules.extend(&events());
+    rules
+}
+
 /// The cronjob controller creates a CronJob's Jobs and deletes them (history limits, `Replace`);
 /// it reads a Job live when the cache lacks one that `status.active` lists (gone, or not yet
 /// seen?), before replacing it, and when its create finds the name taken; it reads the CronJob
@@ -199,6 +211,86 @@ pub(crate) fn daemonset() -> Rules {
     rules
 }
 
+/// EndpointSlices: created, replaced and deleted (read from the cache, never live); each carries a
+/// controller reference to its Service with `blockOwnerDeletion`, hence `services/finalizers`
+/// `update`; a failed sync is reported as an Event on the Service.
+pub(crate) fn endpointslice() -> Rules {
+    let mut rules = Rules::new()
+        .grant(
+            "discovery.k8s.io",
+            &["endpointslices"],
+            &["create", "delete", "update"],
+        )
+        .grant("", &["services/finalizers"], &["update"]);
+    rules.extend(&events());
+    rules
+}
+
+/// The endpoints controller creates, replaces and deletes Endpoints (read from the cache, never
+/// live; no ownerReferences, so no finalizers grant) and reports a failed write as an Event.
+pub(crate) fn endpoints() -> Rules {
+    let mut rules = Rules::new().grant("", &["endpoints"], &["create", "delete", "update"]);
+    rules.extend(&events());
+    rules
+}
+
+/// The endpointslice-mirroring controller creates, replaces and deletes the EndpointSlices it
+/// mirrors (read from the cache); each carries a controller reference to its Endpoints with
+/// `blockOwnerDeletion`, hence `endpoints/finalizers` `update`; skipped addresses are reported as
+/// Events on the Endpoints.
+pub(crate) fn endpointslicemirroring() -> Rules {
+    let mut rules = Rules::new()
+        .grant(
+            "discovery.k8s.io",
+            &["endpointslices"],
+            &["create", "delete", "update"],
+        )
+        .grant("", &["endpoints/finalizers"], &["update"]);
+    rules.extend(&events());
+    rules
+}
+
+/// The node-lifecycle controller merge-patches `nodes/status` (the kubelet's conditions set
+/// Unknown, conditional on the resourceVersion) and `nodes` (its NoSchedule and NoExecute taints,
+/// likewise conditional), reads a node's Lease live before marking it Unknown (the cache may lag) or
+/// when the cache has none, strategic-merge-patches `pods/status` (a pod's Ready condition False)
+/// and records Events.
+pub(crate) fn nodelifecycle() -> Rules {
+    let mut rules = Rules::new()
+        .grant("", &["nodes", "nodes/status", "pods/status"], &["patch"])
+        .grant("coordination.k8s.io", &["leases"], &["get"]);
+    rules.extend(&events());
+    rules
+}
+
+/// The node-ipam controller lists Nodes live (a quorum read before each allocation) and
+/// strategic-merge-patches their `podCIDR`/`podCIDRs`; Events on Nodes (`CIDRNotAvailable`,
+/// `CIDRAssignmentFailed`).
+pub(crate) fn nodeipam() -> Rules {
+    let mut rules = Rules::new().grant("", &["nodes"], &["list", "patch"]);
+    rules.extend(&events());
+    rules
+}
+
+/// The ttl controller strategic-merge-patches the `node.alpha.kubernetes.io/ttl` annotation of
+/// Nodes; no Events.
+pub(crate) fn ttl() -> Rules {
+    Rules::new().grant("", &["nodes"], &["patch"])
+}
+
+/// The service-cidr controller adds and removes its finalizer with strategic merge patches of
+/// ServiceCIDRs and server-side applies their `Ready` condition to `servicecidrs/status`; an Event
+/// when that fails.
+pub(crate) fn servicecidrs() -> Rules {
+    let mut rules = Rules::new().grant(
+        "networking.k8s.io",
+        &["servicecidrs", "servicecidrs/status"],
+        &["patch"],
+    );
+    rules.extend(&events());
+    rules
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +309,25 @@ mod tests {
         assert_eq!(scale.verbs, ["get"]);
         assert!(rules.allows("", "pods/status", "update"));
         assert!(!rules.allows("", "pods", "delete"));
+    }
+
+    #[test]
+    fn the_endpoint_controllers_write_endpoints_and_their_mirrored_slices_only() {
+        let rules = endpoints();
+        for verb in ["create", "delete", "update"] {
+            assert!(rules.allows("", "endpoints", verb), "{verb}");
+        }
+        assert!(!rules.allows("", "endpoints", "get"), "read from the cache");
+        assert!(!rules.allows("discovery.k8s.io", "endpointslices", "create"));
+        let mirroring = endpointslicemirroring();
+        for verb in ["create", "delete", "update"] {
+            assert!(mirroring.allows("discovery.k8s.io", "endpointslices", verb));
+        }
+        assert!(mirroring.allows("", "endpoints/finalizers", "update"));
+        assert!(
+            !mirroring.allows("", "endpoints", "update"),
+            "never the Endpoints"
+        );
     }
 
     #[test]
@@ -355,6 +466,43 @@ mod tests {
     }
 
     #[test]
+    fn the_node_lifecycle_controller_patches_nodes_and_pod_readiness_and_reads_leases() {
+        let rules = nodelifecycle();
+        for resource in ["nodes", "nodes/status", "pods/status"] {
+            assert!(rules.allows("", resource, "patch"), "{resource}");
+            assert!(!rules.allows("", resource, "update"), "{resource}");
+        }
+        assert!(rules.allows("coordination.k8s.io", "leases", "get"));
+        assert!(!rules.allows("coordination.k8s.io", "leases", "update"));
+        assert!(
+            !rules.allows("", "pods", "delete"),
+            "evictions are taint-eviction's"
+        );
+        assert!(rules.allows("", "events", "create"));
+    }
+
+    #[test]
+    fn node_ipam_lists_and_patches_nodes_ttl_only_patches_and_service_cidr_patches_its_kind() {
+        let ipam = nodeipam();
+        assert!(ipam.allows("", "nodes", "list"));
+        assert!(ipam.allows("", "nodes", "patch"));
+        assert!(!ipam.allows("", "nodes", "update"));
+        assert!(ipam.allows("", "events", "create"));
+        let ttl = ttl();
+        assert!(ttl.allows("", "nodes", "patch"));
+        assert!(!ttl.allows("", "nodes", "list"));
+        assert!(!ttl.allows("", "events", "create"), "it writes no Events");
+        let cidrs = servicecidrs();
+        for resource in ["servicecidrs", "servicecidrs/status"] {
+            assert!(
+                cidrs.allows("networking.k8s.io", resource, "patch"),
+                "{resource}"
+            );
+        }
+        assert!(!cidrs.allows("networking.k8s.io", "ipaddresses", "delete"));
+    }
+
+    #[test]
     fn the_pod_gc_reads_nodes_marks_pods_failed_and_deletes_them() {
         let rules = podgc();
         assert!(rules.allows("", "nodes", "get"));
@@ -363,5 +511,22 @@ mod tests {
         assert!(!rules.allows("", "pods", "patch"));
         assert!(!rules.allows("", "nodes", "delete"));
         assert!(!rules.allows("", "events", "create"), "it writes no Events");
+    }
+
+    #[test]
+    fn the_taint_eviction_controller_marks_and_deletes_pods_and_records_events() {
+        let rules = tainteviction();
+        assert!(rules.allows("", "pods/status", "patch"));
+        assert!(rules.allows("", "pods", "delete"));
+        assert!(rules.allows("", "events", "create"));
+        assert!(
+            !rules.allows("", "pods", "list"),
+            "pods come from the cache"
+        );
+        assert!(!rules.allows("", "pods", "patch"));
+        assert!(
+            !rules.allows("", "nodes", "patch"),
+            "it never touches the node"
+        );
     }
 }

@@ -5,6 +5,8 @@ use super::defaults_scaling_network as dsn;
 use super::registry::{GcDefault, Generation, NameRule, ResourceInfo, ScalePaths, Subresources};
 use super::validation as v;
 use super::validation_batch as vb;
+use super::validation_discovery as vd;
+use super::validation_networking as vn;
 
 struct Spec {
     group: &'static str,
@@ -119,7 +121,11 @@ pub fn builtins() -> Vec<ResourceInfo> {
             &["ep"],
             false,
             "services/endpoints"
-        ),
+        )
+        .with(|r| {
+            r.defaulter = vd::endpoints_defaults;
+            r.validate = vd::endpoints_object;
+        }),
         spec!(
             "",
             "events",
@@ -445,6 +451,8 @@ pub fn builtins() -> Vec<ResourceInfo> {
         )
         .with(|r| {
             r.defaulter = d::endpointslice;
+            r.validate = vd::endpoint_slice;
+            r.validate_update = vd::endpoint_slice_update;
             r.generation = Generation::AllButMetadataAndStatus;
             r.field_labels = vec!["addressType".into()];
         }),
@@ -493,6 +501,38 @@ pub fn builtins() -> Vec<ResourceInfo> {
         .with(|r| {
             r.defaulter = dsn::network_policy;
             r.generation = Generation::Spec;
+        }),
+        spec!(
+            "networking.k8s.io",
+            "ipaddresses",
+            "ipaddress",
+            "IPAddress",
+            false,
+            &["ip"],
+            false,
+            "ipaddresses"
+        )
+        .with(|r| {
+            // Named by an IP (`2001:db8::1` is no subdomain); `validate` checks the name.
+            r.name_rule = NameRule::PathSegment;
+            r.validate = vn::ip_address;
+            r.validate_update = vn::ip_address_update;
+        }),
+        spec!(
+            "networking.k8s.io",
+            "servicecidrs",
+            "servicecidr",
+            "ServiceCIDR",
+            false,
+            &[],
+            false,
+            "servicecidrs"
+        )
+        .with(|r| {
+            r.subresources = status();
+            r.prepare_create = d::empty_status_create;
+            r.validate = vn::service_cidr;
+            r.validate_update = vn::service_cidr_update;
         }),
         // policy/v1
         spec!(

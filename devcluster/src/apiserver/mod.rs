@@ -14,11 +14,17 @@
 //! * `eviction` — `pods/eviction`: a pod delete checked against the PodDisruptionBudget covering
 //!   the pod, as kube-apiserver's `EvictionREST` (the budgets' status comes from a controller:
 //!   Flotilla's `disruption`).
+//! * `tls` — HTTPS: the serving certificate and the CA the kubeconfig carries ([`Serving`]).
 //! * `http` / `watch` / `discovery` / `render` — the thin HTTP layer; `protobuf` turns protobuf request
 //!   bodies into JSON at its edge.
 //!
 //! # Differences from upstream (on purpose)
-//! * Plain HTTP. Authentication (token file, TokenRequest tokens) and RBAC authorization are opt-in
+//! * HTTPS only with `--authorization-mode RBAC` or when asked ([`Serving`], `tls`): plain HTTP
+//!   otherwise, where every request is the administrator's anyway. The certificate is generated at
+//!   start under a CA generated with it (upstream's `--cert-dir` self-signed certificate has no CA)
+//!   unless `--tls-cert-file`/`--tls-private-key-file` are given; the kubeconfig carries the CA. No
+//!   client-certificate authentication, HTTP/1.1 only (no `h2` in ALPN).
+//! * Authentication (token file, TokenRequest tokens) and RBAC authorization are opt-in
 //!   (`auth`, which lists its own differences); without them RBAC objects are only stored. Responses are JSON only:
 //!   clients that also accept JSON (kubectl sends `application/vnd.kubernetes.protobuf,application/json`)
 //!   get JSON, clients that accept only protobuf get 406. Request bodies may be JSON or, for every
@@ -60,6 +66,10 @@
 //!   is 404.
 //! * At start the system namespaces (default, kube-system, kube-public, kube-node-lease) are created if
 //!   missing; the `kubernetes` Service is not.
+//! * `networking.k8s.io/v1` ServiceCIDRs and IPAddresses are served (JSON only: k8s-pb has no
+//!   protobuf form of them) and the `kubernetes` ServiceCIDR over the service range is created at
+//!   start, Ready; but Service clusterIPs are still allocated from `/registry/ranges/` and get no
+//!   IPAddress objects, and a ServiceCIDR widens nothing.
 //! * Protobuf bodies are decoded with kube-rs's k8s-pb types; which Go fields are pointers (so that a
 //!   zero on the wire means zero, not "unset") is a hand-kept list in `protobuf/messages.rs`. Custom
 //!   resources have no protobuf form (415, like upstream).
@@ -100,12 +110,16 @@ mod services;
 mod state;
 mod status;
 mod storage;
+mod tls;
 mod typed;
 mod validation;
 mod validation_batch;
+mod validation_discovery;
+mod validation_networking;
 mod watch;
 mod watch_cache;
 mod yaml;
 
 pub use auth::{Attributes, AuthConfig, AuthorizationMode, Decision, RuleRef, UserInfo};
 pub use server::{DevCluster, DevClusterConfig, DevClusterError};
+pub use tls::{Serving, TlsError};

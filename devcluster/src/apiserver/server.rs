@@ -1,4 +1,4 @@
-//! `DevCluster`: connects to etcd, starts the watch cache and the HTTP server, and hands out kubeconfigs and clients.
+//! `DevCluster`: connects to etcd, starts the watch cache and the HTTP(S) server, and hands out kubeconfigs and clients.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -15,6 +15,7 @@ use super::builtins::builtins;
 use super::registry::Registry;
 use super::state::ApiState;
 use super::storage::{Storage, StorageError};
+use super::tls::{Serving, ServingTls, TlsError};
 use super::watch_cache::{self, WatchCache};
 
 /// How many recent events the watch cache keeps (upstream's default capacity grows to this range).
@@ -92,11 +93,16 @@ pub enum DevClusterError {
     /// The authentication settings are unusable (an unreadable or malformed token file).
     #[error("cannot set up authentication")]
     Auth(#[from] AuthError),
+    /// HTTPS cannot be set up (certificate generation failed, unusable certificate or key files).
+    #[error("cannot set up HTTPS")]
+    Tls(#[from] TlsError),
 }
 
 /// A running local Kubernetes API server. Dropping it (or [`DevCluster::shutdown`]) stops it.
 pub struct DevCluster {
     addr: SocketAddr,
+    /// The serving TLS; None when serving plain HTTP.
+    tls: Option<ServingTls>,
     state: ApiState,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
@@ -129,7 +135,9 @@ impl DevCluster {
 
     /// [`DevCluster::start`] with authentication and authorization settings: bearer tokens from a
     /// token file and the TokenRequest API, and in RBAC mode upstream's RBAC authorizer (the
-    /// bootstrap ClusterRoles created at start, the kubeconfig carrying an admin token).
+    /// bootstrap ClusterRoles created at start, the kubeconfig carrying an admin token). Served as
+    /// [`Serving::Auto`] says: HTTPS in RBAC mode (so kubectl sends the kubeconfig's token), plain
+    /// HTTP otherwise.
     ///
     /// # Errors
     /// etcd unreachable, listen address unavailable, token file unreadable or malformed.
@@ -137,6 +145,22 @@ impl DevCluster {
         config: DevClusterConfig,
         auth: AuthConfig,
     ) -> Result<DevCluster, DevClusterError> {
+        Self::start_serving(config, auth, Serving::Auto).await
+    }
+
+    /// [`DevCluster::start_with_auth`], served as `serving` says: plain HTTP, or HTTPS with a
+    /// generated certificate (whose CA the kubeconfig carries) or with certificate files.
+    ///
+    /// # Errors
+    /// etcd unreachable, listen address unavailable, token file unreadable or malformed,
+    /// certificate files unreadable or unusable.
+    pub async fn start_serving(
+        config: DevClusterConfig,
+        auth: AuthConfig,
+        serving: Serving,
+    ) -> Result<DevCluster, DevClusterError> {
+        let serving = serving.resolve(auth.authorization_mode);
+        let tls = ServingTls::for_serving(&serving, config.listen)?;
         let auth = Arc::new(Auth::new(&auth)?);
         let client = etcd_client::Client::connect(&config.etcd_endpoints, None)
             .await
@@ -181,6 +205,9 @@ impl DevCluster {
             cancel.child_token(),
         )));
         super::bootstrap::system_namespaces(&state)
+            .await
+            .map_err(|e| DevClusterError::Bootstrap(e.message))?;
+        super::bootstrap::default_service_cidr(&state)
             .await
             .map_err(|e| DevClusterError::Bootstrap(e.message))?;
         if state.auth.mode() == AuthorizationMode::Rbac {
@@ -230,16 +257,19 @@ impl DevCluster {
             .with_state(state.clone())
             .nest("/flotilla", flotilla);
         let token = cancel.child_token();
-        tasks.push(tokio::spawn(async move {
-            let serve = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { token.cancelled().await });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "devcluster API server stopped");
+        match &tls {
+            None => tasks.push(tokio::spawn(serve(listener, app, token))),
+            Some(tls) => {
+                let (listener, accept) = tls.listen(listener, cancel.child_token());
+                tasks.push(accept);
+                tasks.push(tokio::spawn(serve(listener, app, token)));
             }
-        }));
-        tracing::info!(%addr, "devcluster API server listening");
+        }
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        tracing::info!(%addr, scheme, "devcluster API server listening");
         Ok(DevCluster {
             addr,
+            tls,
             state,
             cancel,
             tasks,
@@ -251,13 +281,34 @@ impl DevCluster {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+    /// Whether the API is served over HTTPS.
+    pub fn is_https(&self) -> bool {
+        self.tls.is_some()
     }
 
-    /// A kubeconfig for this server: plain HTTP, context `devcluster`; no credentials, or in RBAC
-    /// mode the admin token (user `system:admin` in `system:masters`).
+    /// The URL clients dial: `http://127.0.0.1:PORT`, or `https://…` when serving HTTPS. An
+    /// unspecified listen address (`0.0.0.0`, `::`) is dialled on loopback, which the generated
+    /// certificate names.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut dial = self.addr;
+        if dial.ip().is_unspecified() {
+            dial.set_ip(match dial.ip() {
+                std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        format!("{scheme}://{dial}")
+    }
+
+    /// The CA (PEM) a client must trust to reach this server over HTTPS; None for plain HTTP.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls.as_ref().map(ServingTls::ca_pem)
+    }
+
+    /// A kubeconfig for this server, context `devcluster`: [`DevCluster::url`], with the CA as
+    /// `certificate-authority-data` when serving HTTPS; no credentials, or in RBAC mode the admin
+    /// token (user `system:admin` in `system:masters`).
     pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
         use kube::config::{
             AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
@@ -267,6 +318,10 @@ impl DevCluster {
                 name: "devcluster".into(),
                 cluster: Some(Cluster {
                     server: Some(self.url()),
+                    certificate_authority_data: self.ca_pem().map(|pem| {
+                        use base64::Engine as _;
+                        base64::engine::general_purpose::STANDARD.encode(pem)
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -341,6 +396,20 @@ impl DevCluster {
         for t in self.tasks.drain(..) {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
+    }
+}
+
+/// Serves `app` on `listener` until `token` fires, then lets open requests finish (watches end when
+/// the cancellation reaches them).
+async fn serve<L>(listener: L, app: Router, token: CancellationToken)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let serve =
+        axum::serve(listener, app).with_graceful_shutdown(async move { token.cancelled().await });
+    if let Err(e) = serve.await {
+        tracing::error!(error = %e, "devcluster API server stopped");
     }
 }
 

@@ -34,6 +34,13 @@ pub struct SimConfig {
     /// reports an unchanged status every 5 min and relies on the Lease for liveness; a minute keeps
     /// the condition fresh for readers that look at it without flooding node watchers.
     pub status_interval: Duration,
+    /// Whether the simulator gives each node a pod range (`spec.podCIDR`, a /20 of 10.128.0.0/9) at
+    /// registration. Default true: pods get IPs with no node-ipam controller running. False: nodes
+    /// register without one, for a node-ipam controller (`--allocate-node-cidrs`) to assign; a pod
+    /// bound to a node without a range stays Pending (no IP, not Running) until the Node has one, as
+    /// behind a network plugin waiting for its range. Either way pod IPs come from the Node's
+    /// `spec.podCIDR` whoever set it (IPv4 only).
+    pub assign_pod_cidrs: bool,
     /// How many API calls (binds, status patches, deletes) run at once. Default 16: keeps thousands of
     /// pending pods moving without a thundering herd against a small API server.
     pub max_concurrent_requests: usize,
@@ -53,6 +60,7 @@ impl Default for SimConfig {
             lease_duration_seconds: 40,
             status_interval: Duration::from_secs(60),
             max_concurrent_requests: 16,
+            assign_pod_cidrs: true,
         }
     }
 }

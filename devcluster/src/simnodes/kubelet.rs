@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, Preconditions};
 use kube::runtime::WatchStreamExt;
@@ -77,14 +77,17 @@ enum Action {
         name: String,
         uid: String,
     },
+    /// Reads the Node again for its pod range, which pod `uid` waits for.
+    ReadNode { node: String, uid: String },
 }
 
 impl Action {
     fn uid(&self) -> &str {
         match self {
-            Action::Bind { uid, .. } | Action::Status { uid, .. } | Action::Delete { uid, .. } => {
-                uid
-            }
+            Action::Bind { uid, .. }
+            | Action::Status { uid, .. }
+            | Action::Delete { uid, .. }
+            | Action::ReadNode { uid, .. } => uid,
         }
     }
 }
@@ -99,7 +102,14 @@ pub(crate) async fn run(
     let (actions_tx, actions_rx) = mpsc::channel(4096);
     let (failed_tx, failed_rx) = mpsc::unbounded_channel();
     let limit = shared.config.max_concurrent_requests;
-    let executor = execute(client.clone(), actions_rx, failed_tx, limit, cancel.clone());
+    let executor = execute(
+        client.clone(),
+        shared.clone(),
+        actions_rx,
+        failed_tx,
+        limit,
+        cancel.clone(),
+    );
     let driver = Driver {
         shared,
         pods: HashMap::new(),
@@ -108,6 +118,7 @@ pub(crate) async fn run(
         claims: Claims::default(),
         timers: Timers::new(),
         placement: Placement::default(),
+        range_reads: HashMap::new(),
         actions: actions_tx,
     }
     .drive(client, control, failed_rx, cancel);
@@ -125,6 +136,9 @@ struct Driver {
     claims: Claims,
     timers: Timers<Timer>,
     placement: Placement,
+    /// When each node was last read for the pod range its pods wait for (at most one read per node
+    /// every [`RETRY_AFTER`]).
+    range_reads: HashMap<String, Instant>,
     actions: mpsc::Sender<Action>,
 }
 
@@ -345,6 +359,11 @@ impl Driver {
         match timer {
             Timer::Retry(uid) => self.reconcile(&uid).await,
             Timer::Start(uid) => {
+                // Only the start planned last: a second timer (one pushed while the pod waited for
+                // its node's pod range, then retried) does not repeat a start requested since.
+                if self.marks.get(&uid) != Some(&Mark::StartScheduled) {
+                    return;
+                }
                 let Some(pod) = self.pods.get(&uid) else {
                     return;
                 };
@@ -355,12 +374,27 @@ impl Driver {
                     && !matches!(phase, Some("Running" | "Succeeded" | "Failed"));
                 match node {
                     Some(node) if startable && self.shared.is_up(&node.name) => {
-                        let patch = pod_status::started(
-                            pod,
-                            node.allocate_pod_ip(),
-                            node.host_ip(),
-                            &time_now(),
-                        );
+                        let Some(pod_ip) =
+                            node.allocate_pod_ip(self.shared.config.assign_pod_cidrs)
+                        else {
+                            // No pod range yet: the pod stays Pending; the Node is read again and
+                            // the pod looked at after a while.
+                            let name = node.name.clone();
+                            let now = Instant::now();
+                            self.marks.insert(uid.clone(), Mark::StartScheduled);
+                            self.timers
+                                .push(now + RETRY_AFTER, Timer::Start(uid.clone()));
+                            let read_lately = self
+                                .range_reads
+                                .get(&name)
+                                .is_some_and(|at| now.duration_since(*at) < RETRY_AFTER);
+                            if !read_lately {
+                                self.range_reads.insert(name.clone(), now);
+                                self.send(Action::ReadNode { node: name, uid }).await;
+                            }
+                            return;
+                        };
+                        let patch = pod_status::started(pod, pod_ip, node.host_ip(), &time_now());
                         match pod_status::outcome(pod) {
                             Outcome::Fail => {
                                 tracing::debug!(pod = ?pod.metadata.name, "image ends in :fail; reporting the pod Failed")
@@ -424,6 +458,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// Runs actions, at most `limit` at a time; reports the uid of each that failed in a way worth retrying.
 async fn execute(
     client: kube::Client,
+    shared: Arc<Shared>,
     actions: mpsc::Receiver<Action>,
     failed: mpsc::UnboundedSender<String>,
     limit: usize,
@@ -432,9 +467,10 @@ async fn execute(
     let work = tokio_stream::wrappers::ReceiverStream::new(actions).for_each_concurrent(limit, |action| {
         let client = client.clone();
         let failed = failed.clone();
+        let shared = shared.clone();
         async move {
             let uid = action.uid().to_string();
-            if let Err(err) = perform(&client, action).await {
+            if let Err(err) = perform(&client, &shared, action).await {
                 tracing::debug!(error = %err, %uid, "simulated kubelet call failed; will retry");
                 let _ = failed.send(uid);
             }
@@ -447,7 +483,11 @@ async fn execute(
     }
 }
 
-async fn perform(client: &kube::Client, action: Action) -> Result<(), kube::Error> {
+async fn perform(
+    client: &kube::Client,
+    shared: &Shared,
+    action: Action,
+) -> Result<(), kube::Error> {
     let outcome = match action {
         Action::Bind {
             namespace,
@@ -494,6 +534,14 @@ async fn perform(client: &kube::Client, action: Action) -> Result<(), kube::Erro
                 ..DeleteParams::default()
             };
             api.delete(&name, &params).await.map(drop)
+        }
+        Action::ReadNode { node, .. } => {
+            let api: Api<Node> = Api::all(client.clone());
+            api.get(&node).await.map(|read| {
+                if let Some(sim) = shared.node(&node) {
+                    sim.learn_pod_range(&read);
+                }
+            })
         }
     };
     match outcome {

@@ -1,18 +1,24 @@
 //! The simulated nodes: their identity (name, labels, addresses), registration, and the heartbeats
-//! a kubelet sends (the node Lease and the Ready condition).
+//! a kubelet sends (the node Lease, and the node's conditions with a fresh `lastHeartbeatTime` every
+//! [`SimConfig::status_interval`], see [`super::node_conditions`]), and where their pods' IPs come
+//! from: the Node's `spec.podCIDR` as last read ([`super::pod_range`]).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use parking_lot::Mutex;
+
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use super::node_conditions::{ConditionsChange, NodeConditions};
+use super::pod_range::PodRange;
 use super::{SimConfig, SimError};
 
 /// The namespace kubelets keep their Leases in.
@@ -40,6 +46,11 @@ pub(crate) struct SimNode {
     pub(crate) labels: BTreeMap<String, String>,
     index: u32,
     next_pod_ip: AtomicU32,
+    /// The Node's `spec.podCIDR` when last read (registration, status reports, a pod waiting for it);
+    /// `None` before, or while the Node has none (or an IPv6 one).
+    range: Mutex<Option<PodRange>>,
+    /// What the node reports besides Ready; changed through the simulator's handle.
+    conditions: Mutex<NodeConditions>,
 }
 
 impl SimNode {
@@ -64,6 +75,8 @@ impl SimNode {
             labels,
             index,
             next_pod_ip: AtomicU32::new(0),
+            range: Mutex::new(None),
+            conditions: Mutex::new(NodeConditions::default()),
         }
     }
 
@@ -82,13 +95,47 @@ impl SimNode {
         Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 128, 0, 0)) + self.index * POD_RANGE_SIZE)
     }
 
-    /// The next pod IP of this node's range, cycling through its 4094 host addresses.
-    pub(crate) fn allocate_pod_ip(&self) -> Ipv4Addr {
-        let n = self.next_pod_ip.fetch_add(1, Ordering::Relaxed) % (POD_RANGE_SIZE - 2) + 1;
-        Ipv4Addr::from(u32::from(self.pod_base()) + n)
+    /// The next pod IP of the Node's `spec.podCIDR` as last read, cycling through its host
+    /// addresses; without one, of the simulator's own range for the node when `own_range` (the
+    /// simulator assigns pod ranges, [`SimConfig::assign_pod_cidrs`]), else `None`: the pod waits, as
+    /// it would for its network plugin on a node without a range.
+    pub(crate) fn allocate_pod_ip(&self, own_range: bool) -> Option<Ipv4Addr> {
+        let learned = *self.range.lock();
+        let range = learned.or_else(|| {
+            own_range
+                .then(|| PodRange::new(self.pod_base(), 20))
+                .flatten()
+        })?;
+        Some(range.host(self.next_pod_ip.fetch_add(1, Ordering::Relaxed)))
     }
 
-    fn object(&self) -> Node {
+    /// Reads the pod range from `node` (the Node object as the API returned it).
+    pub(crate) fn learn_pod_range(&self, node: &Node) {
+        let range = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.pod_cidr.as_deref())
+            .and_then(PodRange::parse);
+        let mut current = self.range.lock();
+        if *current != range {
+            tracing::info!(node = %self.name, range = ?range.map(|r| r.to_string()), "pod range of the node");
+            *current = range;
+        }
+    }
+
+    /// What the node reports besides Ready.
+    pub(crate) fn conditions(&self) -> NodeConditions {
+        *self.conditions.lock()
+    }
+
+    /// Applies `change` to what the node reports; the next status report carries it.
+    pub(crate) fn change_conditions(&self, change: ConditionsChange) -> NodeConditions {
+        let mut conditions = self.conditions.lock();
+        *conditions = conditions.with(change);
+        *conditions
+    }
+
+    fn object(&self, assign_pod_cidr: bool) -> Node {
         let mut node: Node = serde_json::from_value(json!({
             "apiVersion": "v1",
             "kind": "Node",
@@ -97,35 +144,32 @@ impl SimNode {
                 "labels": self.labels,
                 "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
             },
-            "spec": {"podCIDR": self.pod_cidr(), "podCIDRs": [self.pod_cidr()]},
         }))
         .unwrap_or_default();
         node.metadata.name = Some(self.name.clone());
+        if assign_pod_cidr {
+            node.spec = Some(NodeSpec {
+                pod_cidr: Some(self.pod_cidr()),
+                pod_cidrs: Some(vec![self.pod_cidr()]),
+                ..NodeSpec::default()
+            });
+        }
         node
     }
 
-    fn status(&self, config: &SimConfig, since: &Value, now: &Value) -> Value {
+    /// The status patch kubelet sends: resources, addresses, node info and the conditions, whose
+    /// transition times are kept from `previous` (the node's current conditions) where unchanged.
+    fn status(&self, config: &SimConfig, previous: &[Value], now: &Value) -> Value {
         let resources = json!({
             "cpu": config.cpu,
             "memory": config.memory,
             "pods": config.max_pods.to_string(),
             "ephemeral-storage": "100Gi",
         });
-        let quiet = |kind: &str, reason: &str, message: &str| {
-            json!({"type": kind, "status": "False", "reason": reason, "message": message,
-                   "lastHeartbeatTime": now, "lastTransitionTime": since})
-        };
         json!({"status": {
             "capacity": resources,
             "allocatable": resources,
-            "conditions": [
-                quiet("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                quiet("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                quiet("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                {"type": "Ready", "status": "True", "reason": "KubeletReady",
-                 "message": "kubelet is posting ready status (simulated by flotilla)",
-                 "lastHeartbeatTime": now, "lastTransitionTime": since},
-            ],
+            "conditions": self.conditions().to_json(previous, now),
             "addresses": [
                 {"type": "InternalIP", "address": self.host_ip().to_string()},
                 {"type": "Hostname", "address": self.name},
@@ -159,16 +203,21 @@ pub(crate) async fn register(
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PostParams::default()
     };
-    match api.create(&params, &node.object()).await {
+    match api
+        .create(&params, &node.object(config.assign_pod_cidrs))
+        .await
+    {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(source) => return Err(api_error(format!("create node {}", node.name), source)),
     }
     let now = time_now();
-    let status = node.status(config, &now, &now);
-    api.patch_status(&node.name, &patch_params(), &Patch::Merge(&status))
+    let status = node.status(config, &[], &now);
+    let reported = api
+        .patch_status(&node.name, &patch_params(), &Patch::Strategic(&status))
         .await
         .map_err(|e| api_error(format!("report node {} Ready", node.name), e))?;
+    node.learn_pod_range(&reported);
     remove_not_ready_taint(&api, &node.name).await
 }
 
@@ -273,7 +322,9 @@ pub(crate) async fn renew_lease(
     }
 }
 
-/// Refreshes `lastHeartbeatTime` of the node's conditions (keeping `lastTransitionTime`).
+/// Reports the node's status as kubelet does, with a strategic merge patch that merges the
+/// conditions by type (so conditions others write stay): `lastHeartbeatTime` now, `lastTransitionTime`
+/// kept for a condition whose status is unchanged. Learns the node's pod range on the way.
 pub(crate) async fn report_status(
     client: &kube::Client,
     config: &SimConfig,
@@ -289,18 +340,17 @@ pub(crate) async fn report_status(
         }
         Err(e) => return Err(api_error(format!("get node {}", node.name), e)),
     };
+    node.learn_pod_range(&current);
     let now = time_now();
-    let since = current
+    let previous: Vec<Value> = current
         .status
         .and_then(|status| status.conditions)
         .unwrap_or_default()
-        .into_iter()
-        .find(|c| c.type_ == "Ready" && c.status == "True")
-        .and_then(|c| c.last_transition_time)
-        .and_then(|t| serde_json::to_value(t).ok())
-        .unwrap_or_else(|| now.clone());
-    let status = node.status(config, &since, &now);
-    api.patch_status(&node.name, &patch_params(), &Patch::Merge(&status))
+        .iter()
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    let status = node.status(config, &previous, &now);
+    api.patch_status(&node.name, &patch_params(), &Patch::Strategic(&status))
         .await
         .map_err(|e| api_error(format!("report the status of {}", node.name), e))?;
     Ok(())
@@ -342,12 +392,15 @@ mod tests {
     #[test]
     fn pod_ips_are_distinct_for_a_thousand_pods_and_stay_inside_the_node_range() {
         let node = SimNode::new("sim-node-", 2);
-        assert_eq!(node.allocate_pod_ip(), Ipv4Addr::new(10, 128, 32, 1));
+        assert_eq!(
+            node.allocate_pod_ip(true),
+            Some(Ipv4Addr::new(10, 128, 32, 1))
+        );
         let range =
             u32::from(Ipv4Addr::new(10, 128, 32, 0))..u32::from(Ipv4Addr::new(10, 128, 48, 0));
         let mut seen = std::collections::HashSet::new();
         for _ in 0..5000 {
-            let ip = u32::from(node.allocate_pod_ip());
+            let ip = u32::from(node.allocate_pod_ip(true).unwrap());
             assert!(range.contains(&ip) && ip != range.start && ip != range.end - 1);
             if seen.len() < 4000 {
                 assert!(seen.insert(ip), "duplicate pod IP within the first 4000");
@@ -357,7 +410,7 @@ mod tests {
 
     #[test]
     fn the_node_object_carries_labels_and_pod_cidr() {
-        let node = SimNode::new("n-", 4).object();
+        let node = SimNode::new("n-", 4).object(true);
         assert_eq!(node.metadata.name.as_deref(), Some("n-4"));
         let labels = node.metadata.labels.unwrap_or_default();
         assert_eq!(
@@ -372,5 +425,50 @@ mod tests {
             node.spec.and_then(|s| s.pod_cidr).as_deref(),
             Some("10.128.64.0/20")
         );
+    }
+
+    #[test]
+    fn without_its_own_range_a_node_registers_without_a_pod_cidr_and_waits_for_one() {
+        let sim = SimNode::new("n-", 1);
+        assert_eq!(
+            sim.object(false).spec,
+            None,
+            "no podCIDR for node-ipam to fill"
+        );
+        assert_eq!(sim.allocate_pod_ip(false), None, "pods wait");
+        let assigned: Node = serde_json::from_value(
+            json!({"metadata": {"name": "n-1"}, "spec": {"podCIDR": "10.244.7.0/24"}}),
+        )
+        .unwrap();
+        sim.learn_pod_range(&assigned);
+        assert_eq!(
+            sim.allocate_pod_ip(false),
+            Some(Ipv4Addr::new(10, 244, 7, 1))
+        );
+        assert_eq!(
+            sim.allocate_pod_ip(true),
+            Some(Ipv4Addr::new(10, 244, 7, 2)),
+            "the Node's range wins over the simulator's own"
+        );
+        sim.learn_pod_range(&Node::default());
+        assert_eq!(sim.allocate_pod_ip(false), None, "the range went");
+    }
+
+    #[test]
+    fn the_status_carries_the_conditions_set_on_the_node() {
+        let sim = SimNode::new("n-", 0);
+        let change: ConditionsChange =
+            serde_json::from_value(json!({"DiskPressure": true})).unwrap();
+        assert!(sim.change_conditions(change).disk_pressure);
+        let now = json!("2026-11-26T10:09:29Z");
+        let status = sim.status(&SimConfig::default(), &[], &now);
+        let disk = status["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "DiskPressure")
+            .unwrap();
+        assert_eq!(disk["status"], "True");
+        assert_eq!(disk["reason"], "KubeletHasDiskPressure");
     }
 }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::kubelet::{self, Control};
+use super::node_conditions::{ConditionsChange, NodeConditions};
 use super::nodes::{self, SimNode};
 use super::{SimConfig, SimError};
 
@@ -85,6 +86,30 @@ impl SimNodesHandle {
     /// Whether `name` is a simulated node that currently heartbeats.
     pub fn is_running(&self, name: &str) -> bool {
         self.shared.is_up(name)
+    }
+
+    /// Changes what the node reports besides Ready (pressures, `NetworkUnavailable`) and reports it
+    /// at once (a stopped node only once it starts again); returns the conditions now reported.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`] when `name` is not a simulated node.
+    pub fn set_conditions(
+        &self,
+        name: &str,
+        change: ConditionsChange,
+    ) -> Result<NodeConditions, SimError> {
+        let node = self
+            .shared
+            .node(name)
+            .ok_or_else(|| SimError::UnknownNode(name.to_string()))?;
+        let conditions = node.change_conditions(change);
+        tracing::info!(
+            node = name,
+            ?conditions,
+            "simulated node conditions changed"
+        );
+        self.shared.heartbeat_now.notify_one();
+        Ok(conditions)
     }
 }
 

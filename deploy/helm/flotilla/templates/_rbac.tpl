@@ -122,6 +122,60 @@ daemonset:
   coordinator:
     - {group: apps, resources: [daemonsets, controllerrevisions]}
     - {group: "", resources: [pods, nodes]}
+endpointslice:
+  worker:
+    - {group: discovery.k8s.io, resources: [endpointslices], verbs: [create, delete, update]}
+    - {group: "", resources: [services/finalizers], verbs: [update]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: "", resources: [services, pods, nodes]}
+    - {group: discovery.k8s.io, resources: [endpointslices]}
+endpoint:
+  worker:
+    - {group: "", resources: [endpoints], verbs: [create, delete, update]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: "", resources: [services, pods, endpoints]}
+endpointslicemirroring:
+  worker:
+    - {group: discovery.k8s.io, resources: [endpointslices], verbs: [create, delete, update]}
+    - {group: "", resources: [endpoints/finalizers], verbs: [update]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: "", resources: [endpoints, services]}
+    - {group: discovery.k8s.io, resources: [endpointslices]}
+nodelifecycle:
+  worker:
+    - {group: "", resources: [nodes, nodes/status, pods/status], verbs: [patch]}
+    - {group: coordination.k8s.io, resources: [leases], verbs: [get]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: "", resources: [nodes, pods]}
+    - {group: coordination.k8s.io, resources: [leases]}
+taint-eviction:
+  worker:
+    - {group: "", resources: [pods/status], verbs: [patch]}
+    - {group: "", resources: [pods], verbs: [delete]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: "", resources: [nodes, pods]}
+nodeipam:
+  worker:
+    - {group: "", resources: [nodes], verbs: [list, patch]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: "", resources: [namespaces, nodes]}
+ttl:
+  worker:
+    - {group: "", resources: [nodes], verbs: [patch]}
+  coordinator:
+    - {group: "", resources: [nodes]}
+service-cidr:
+  worker:
+    - {group: networking.k8s.io, resources: [servicecidrs, servicecidrs/status], verbs: [patch]}
+    - {group: "", resources: [events], verbs: [create, patch]}
+  coordinator:
+    - {group: networking.k8s.io, resources: [servicecidrs, ipaddresses]}
 {{- end }}
 
 {{/*

@@ -1,6 +1,6 @@
-//! The hook in devcluster's request path: authenticates a request, serves the TokenRequest API,
-//! authorizes the request (RBAC mode), runs the ownerReferences admission check, and records each
-//! decision.
+//! The hook in devcluster's request path: authenticates a request, serves the TokenRequest API
+//! and the self-review APIs, authorizes the request (RBAC mode), runs the ownerReferences admission
+//! check, and records each decision.
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -8,6 +8,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::super::http::MAX_BODY;
+use super::super::protobuf;
 use super::super::query::Query;
 use super::super::state::ApiState;
 use super::super::status::ApiError;
@@ -16,6 +17,7 @@ use super::decisions::{Decision, DecisionLog};
 use super::owner_references::admit_owner_references;
 use super::rbac::{Verdict, authorize};
 use super::responses::{forbidden, unauthorized};
+use super::self_review::{SelfReview, self_review};
 use super::token_file::parse_token_file;
 use super::token_request::token_request;
 use super::tokens::{Authenticated, Tokens};
@@ -34,7 +36,7 @@ pub struct Auth {
 pub enum Admitted {
     /// Serve it (its body buffered when the gate had to read it).
     Request(Request),
-    /// The gate answered it (TokenRequest).
+    /// The gate answered it (TokenRequest, SelfSubjectAccessReview, SelfSubjectReview).
     Answered(Response),
 }
 
@@ -128,15 +130,48 @@ impl Auth {
             && attrs.resource_request
             && attrs.subresource.is_empty()
             && matches!(attrs.verb.as_str(), "create" | "update" | "patch");
-        if !is_token_request && !checks_owners {
+        let review = SelfReview::of(&attrs);
+        if !is_token_request && !checks_owners && review.is_none() {
             return Ok(Admitted::Request(req));
         }
         let (parts, body) = req.into_parts();
         let bytes = axum::body::to_bytes(body, MAX_BODY)
             .await
             .map_err(|_| ApiError::too_large(MAX_BODY))?;
-        if is_token_request {
-            let v = token_request(st, &self.tokens, &attrs.namespace, &attrs.name, &bytes).await?;
+        // kubectl sends these bodies as protobuf: decode them into the JSON they stand for.
+        let protobuf_kind = if is_token_request {
+            Some(("authentication.k8s.io/v1", "TokenRequest"))
+        } else if review == Some(SelfReview::Access) {
+            Some(("authorization.k8s.io/v1", "SelfSubjectAccessReview"))
+        } else {
+            None
+        };
+        let is_protobuf = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| v.trim() == protobuf::MEDIA_TYPE);
+        let bytes = match protobuf_kind {
+            Some((api_version, kind)) if is_protobuf => {
+                protobuf::to_json(&bytes, api_version, kind)
+                    .map_err(|e| {
+                        ApiError::bad_request(format!(
+                            "the object provided is unrecognized (must be of type {kind}): {e}"
+                        ))
+                    })?
+                    .into()
+            }
+            _ => bytes,
+        };
+        let answer = if is_token_request {
+            Some(token_request(st, &self.tokens, &attrs.namespace, &attrs.name, &bytes).await?)
+        } else if let Some(review) = review {
+            Some(self_review(st, self.mode, &user, review, &bytes).await?)
+        } else {
+            None
+        };
+        if let Some(v) = answer {
             let mut r = (
                 StatusCode::CREATED,
                 serde_json::to_vec(&v).unwrap_or_default(),

@@ -7,6 +7,8 @@
 //! * `tokens` — the bearer tokens devcluster knows (static, issued ServiceAccount tokens, the
 //!   kubeconfig's admin token) and authentication of a request.
 //! * `token_request` — `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`.
+//! * `self_review` — `SelfSubjectAccessReview` (`kubectl auth can-i`) and `SelfSubjectReview`
+//!   (`kubectl auth whoami`), answered by the authorizer and the authenticator, never stored.
 //! * `attributes` — an HTTP request as upstream's `RequestInfoFactory` sees it (verb, group, resource,
 //!   subresource, namespace, name, or a non-resource path).
 //! * `rbac` — upstream's RBAC authorizer over the stored Roles, ClusterRoles and bindings.
@@ -35,6 +37,10 @@
 //!   kube-apiserver runs only when `--enable-admission-plugins` names it (as hardened clusters do):
 //!   a role that passes here passes there either way.
 //! * Only JSON request bodies are looked into by that check (protobuf bodies pass it unchecked).
+//! * A `SelfSubjectAccessReview`'s allowed reason names the binding and role (`RBAC: allowed by
+//!   RoleBinding "b/ns" of Role "r"`) but not upstream's `to <subject>` tail; only the v1 review
+//!   APIs are served, and neither is listed in discovery (kubectl calls them by path).
+//!   `SubjectAccessReview` and `SelfSubjectRulesReview` are not served.
 
 mod attributes;
 mod bootstrap;
@@ -45,6 +51,7 @@ mod owner_references;
 mod policy_rules;
 mod rbac;
 mod responses;
+mod self_review;
 mod token_file;
 mod token_request;
 mod tokens;

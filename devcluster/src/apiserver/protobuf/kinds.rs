@@ -57,6 +57,8 @@ kinds! {
     api::apps::v1::Deployment,
     api::apps::v1::ReplicaSet,
     api::apps::v1::StatefulSet,
+    api::authentication::v1::TokenRequest,
+    api::authorization::v1::SelfSubjectAccessReview,
     api::autoscaling::v2::HorizontalPodAutoscaler,
     api::batch::v1::CronJob,
     api::batch::v1::Job,

@@ -5,6 +5,8 @@
 //! `convert`), kept by hand from the Go types of Kubernetes 1.35.
 
 use k8s_openapi::api::apps::v1 as oa_apps;
+use k8s_openapi::api::authentication::v1 as oa_authentication;
+use k8s_openapi::api::authorization::v1 as oa_authorization;
 use k8s_openapi::api::autoscaling::v2 as oa_autoscaling;
 use k8s_openapi::api::batch::v1 as oa_batch;
 use k8s_openapi::api::coordination::v1 as oa_coordination;
@@ -18,6 +20,8 @@ use k8s_openapi::api::scheduling::v1 as oa_scheduling;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as oa_apiext;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as oa_meta;
 use k8s_pb::api::apps::v1 as pb_apps;
+use k8s_pb::api::authentication::v1 as pb_authentication;
+use k8s_pb::api::authorization::v1 as pb_authorization;
 use k8s_pb::api::autoscaling::v2 as pb_autoscaling;
 use k8s_pb::api::batch::v1 as pb_batch;
 use k8s_pb::api::coordination::v1 as pb_coordination;
@@ -653,12 +657,34 @@ messages! { pb_apiext => oa_apiext;
     WebhookConversion { client_config, conversion_review_versions }
 }
 
+// TokenRequest (`kubectl create token`): not stored, answered by `auth::token_request`.
+messages! { pb_authentication => oa_authentication;
+    BoundObjectReference { kind, api_version, name; rename u_id => uid }
+    TokenRequest { metadata, spec, status }
+    TokenRequestSpec { audiences, bound_object_ref; keep expiration_seconds }
+    TokenRequestStatus { token, expiration_timestamp }
+}
+
+// SelfSubjectAccessReview (`kubectl auth can-i`): not stored, answered by `auth::self_review`.
+messages! { pb_authorization => oa_authorization;
+    FieldSelectorAttributes { raw_selector, requirements }
+    LabelSelectorAttributes { raw_selector, requirements }
+    NonResourceAttributes { path, verb }
+    ResourceAttributes {
+        namespace, verb, group, version, resource, subresource, name, field_selector, label_selector
+    }
+    SelfSubjectAccessReview { metadata, spec, status }
+    SelfSubjectAccessReviewSpec { resource_attributes, non_resource_attributes }
+    SubjectAccessReviewStatus { allowed, denied, reason, evaluation_error }
+}
+
 messages! { pb_meta => oa_meta;
     Condition {
         status, observed_generation, last_transition_time, reason, message;
         rename r#type => type_
     }
     LabelSelector { match_labels, match_expressions }
+    FieldSelectorRequirement { key, operator, values }
     LabelSelectorRequirement { key, operator, values }
     ManagedFieldsEntry { manager, operation, api_version, time, fields_type, fields_v1, subresource }
     ObjectMeta {
