@@ -40,22 +40,15 @@ pub struct Builtin {
 impl Builtin {
     /// The controller, at its default concurrency.
     pub fn controller(&self) -> DynController {
-        (self.build)(self.name)
-            .with_concurrency(self.default_concurrency)
-            .with_event_source(self.event_source)
+        self.finish((self.build)(self.name))
     }
 
     /// The controller, at its default concurrency, configured by `settings` (the flags besides
     /// concurrency that kube-controller-manager has for it, e.g. `podgc`'s
     /// `--terminated-pod-gc-threshold`); [`Self::controller`] for a controller that takes none.
     pub fn controller_with(&self, settings: &Settings) -> DynController {
-        match self.name {
-            PODGC => DynController::from(podgc::controller(
-                self.name,
-                settings.terminated_pod_gc_threshold,
-            ))
-            .with_concurrency(self.default_concurrency)
-            .with_event_source(self.event_source),
+        let controller: DynController = match self.name {
+            PODGC => podgc::controller(self.name, settings.terminated_pod_gc_threshold).into(),
             CRONJOB => {
                 // The worker validates `--cronjob-minute`; a bad value from elsewhere keeps the
                 // wall clock rather than failing.
@@ -64,40 +57,32 @@ impl Builtin {
                         tracing::warn!(error = %err, "keeping real minutes for the cronjob controller");
                         cronjob::ScheduleClock::default()
                     });
-                DynController::from(cronjob::controller(self.name, clock))
-                    .with_concurrency(self.default_concurrency)
-                    .with_event_source(self.event_source)
+                cronjob::controller(self.name, clock).into()
             }
-            ENDPOINTSLICE => DynController::from(endpointslice::controller(
-                self.name,
-                settings.max_endpoints_per_slice,
-            ))
-            .with_concurrency(self.default_concurrency)
-            .with_event_source(self.event_source),
-            NODELIFECYCLE => DynController::from(nodelifecycle::controller(
-                self.name,
-                settings.node_lifecycle,
-            ))
-            .with_concurrency(self.default_concurrency)
-            .with_event_source(self.event_source),
-            ENDPOINT => DynController::from(endpoints::controller(
-                self.name,
-                settings.endpoint_updates_batch_period,
-            ))
-            .with_concurrency(self.default_concurrency)
-            .with_event_source(self.event_source),
-            ENDPOINTSLICEMIRRORING => DynController::from(endpointslicemirroring::controller(
+            ENDPOINTSLICE => {
+                endpointslice::controller(self.name, settings.max_endpoints_per_slice).into()
+            }
+            NODELIFECYCLE => nodelifecycle::controller(self.name, settings.node_lifecycle).into(),
+            ENDPOINT => {
+                endpoints::controller(self.name, settings.endpoint_updates_batch_period).into()
+            }
+            ENDPOINTSLICEMIRRORING => endpointslicemirroring::controller(
                 self.name,
                 settings.mirroring_max_endpoints_per_subset,
                 settings.mirroring_endpointslice_updates_batch_period,
-            ))
+            )
+            .into(),
+            NODEIPAM => nodeipam::controller(self.name, &settings.node_ipam).into(),
+            _ => (self.build)(self.name),
+        };
+        self.finish(controller)
+    }
+
+    /// `controller` at this controller's default concurrency, reporting Events as its source.
+    fn finish(&self, controller: DynController) -> DynController {
+        controller
             .with_concurrency(self.default_concurrency)
-            .with_event_source(self.event_source),
-            NODEIPAM => DynController::from(nodeipam::controller(self.name, &settings.node_ipam))
-                .with_concurrency(self.default_concurrency)
-                .with_event_source(self.event_source),
-            _ => self.controller(),
-        }
+            .with_event_source(self.event_source)
     }
 
     /// What the controller's reconcile asks of the Kubernetes API: the RBAC grants a worker running
