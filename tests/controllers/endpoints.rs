@@ -96,7 +96,25 @@ async fn settled(api: &Api<Endpoints>, name: &str, want: Shape, what: &str) -> E
 /// Sets the pod's Ready condition (the kubelet's part, played by the test).
 async fn set_ready(pods: &Api<Pod>, name: &str, ready: bool) {
     let value = if ready { "True" } else { "False" };
-    // Second precision, as the API server keeps it.
+    // Second precision, as the API server keeps it. A transition in the same second as the pod's
+    // last one would not be a change to the trigger-time tracker (upstream compares the same way),
+    // so the new one waits for the next second: the clock is what is awaited here, at most 1 s.
+    let last = pods
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time)
+        .map(|t| t.0.as_second());
+    if let Some(last) = last {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let next = k8s_openapi::jiff::Timestamp::from_second(last + 1).unwrap();
+        if let Ok(wait) = std::time::Duration::try_from(next.duration_since(now)) {
+            tokio::time::sleep(wait).await;
+        }
+    }
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let at = k8s_openapi::jiff::Timestamp::from_second(now)
         .unwrap()
