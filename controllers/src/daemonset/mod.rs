@@ -11,7 +11,7 @@ mod reconcile;
 mod revisions;
 mod rolling;
 mod status;
-mod tolerations;
+pub(crate) mod tolerations;
 
 use std::sync::Arc;
 

@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use flotilla_sdk::k8s_openapi::api::core::v1::{Taint, Toleration};
 
+/// Upstream `Toleration.ToleratesTaint`, which the daemonset controller also judges nodes by.
+pub use crate::daemonset::tolerations::tolerates;
+
 /// `NoExecute`: the effect that evicts running pods.
 pub const NO_EXECUTE: &str = "NoExecute";
 
@@ -24,28 +27,6 @@ pub enum Stay {
 /// The `NoExecute` taints among `taints`, in their order.
 pub fn no_execute(taints: &[Taint]) -> Vec<&Taint> {
     taints.iter().filter(|t| t.effect == NO_EXECUTE).collect()
-}
-
-/// Upstream `Toleration.ToleratesTaint` (v1.32): an empty effect or key matches any; `Exists`
-/// tolerates any value, `Equal` (or no operator) the same value; any other operator tolerates
-/// nothing.
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect = toleration.effect.as_deref().unwrap_or_default();
-    if !effect.is_empty() && effect != taint.effect {
-        return false;
-    }
-    let key = toleration.key.as_deref().unwrap_or_default();
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match toleration.operator.as_deref().unwrap_or_default() {
-        "" | "Equal" => {
-            toleration.value.as_deref().unwrap_or_default()
-                == taint.value.as_deref().unwrap_or_default()
-        }
-        "Exists" => true,
-        _ => false,
-    }
 }
 
 /// How long `tolerations` let a pod stay with `taints` (all `NoExecute`): for each taint the first
