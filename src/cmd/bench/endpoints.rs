@@ -268,15 +268,23 @@ async fn measure(args: &EndpointsArgs, fleet: &mut LocalFleet) -> anyhow::Result
     let pending: Pending = Arc::default();
     let latencies = Arc::new(Mutex::new(Vec::new()));
     let writes = Arc::new(Mutex::new(0usize));
+    let (listed_tx, listed) = tokio::sync::oneshot::channel();
     let watch = tokio::spawn(watch_slices(
         slices.clone(),
         of_service,
+        listed_tx,
         pending.clone(),
         latencies.clone(),
         writes.clone(),
     ));
-    // Let the watch list the slices before the first flip, so no write is missed.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The first flip waits for the watch's initial list, so no write is missed.
+    if !matches!(
+        tokio::time::timeout(Duration::from_secs(60), listed).await,
+        Ok(Ok(()))
+    ) {
+        watch.abort();
+        bail!("the EndpointSlice watch did not list the slices within 60 s");
+    }
 
     let mut ready = vec![true; args.pods];
     let period = Duration::from_secs_f64(1.0 / f64::from(args.flips_per_second));
@@ -319,11 +327,13 @@ async fn measure(args: &EndpointsArgs, fleet: &mut LocalFleet) -> anyhow::Result
     })
 }
 
-/// Follows the Service's slices: counts every write after the initial list, and for each endpoint of
-/// a pending flip whose readiness now shows, records the time since the flip.
+/// Follows the Service's slices: says on `listed` when the initial list is in, counts every write
+/// after it, and for each endpoint of a pending flip whose readiness now shows, records the time
+/// since the flip.
 async fn watch_slices(
     slices: Api<EndpointSlice>,
     of_service: ListParams,
+    listed_tx: tokio::sync::oneshot::Sender<()>,
     pending: Pending,
     latencies: Arc<Mutex<Vec<f64>>>,
     writes: Arc<Mutex<usize>>,
@@ -332,10 +342,14 @@ async fn watch_slices(
         watcher::Config::default().labels(of_service.label_selector.as_deref().unwrap_or(""));
     let mut stream = std::pin::pin!(watcher(slices, config));
     let mut listed = false;
+    let mut listed_tx = Some(listed_tx);
     while let Some(event) = stream.next().await {
         let slice = match event {
             Ok(watcher::Event::InitDone) => {
                 listed = true;
+                if let Some(tx) = listed_tx.take() {
+                    let _ = tx.send(());
+                }
                 continue;
             }
             Ok(watcher::Event::Apply(slice) | watcher::Event::Delete(slice)) if listed => slice,
