@@ -14,6 +14,24 @@ use crate::support::cluster::{KUBECONFIG_ENV, is_external};
 /// The benchmark's own `--timeout` is shorter, so a stuck run fails with its logs named.
 const RUN_BOUND: Duration = Duration::from_secs(180);
 
+/// Runs `flotilla <args>` (with `--kubeconfig` when the tests run against a cluster) within
+/// [`RUN_BOUND`].
+async fn run_bench(mut args: Vec<String>) -> std::process::Output {
+    if let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) {
+        args.push("--kubeconfig".to_owned());
+        args.push(kubeconfig.to_string_lossy().into_owned());
+    }
+    let mut command = tokio::process::Command::new(binary("flotilla"));
+    command.args(&args).kill_on_drop(true);
+    match tokio::time::timeout(RUN_BOUND, command.output()).await {
+        Ok(output) => output.unwrap(),
+        Err(_) => panic!(
+            "`flotilla {}` still runs after {RUN_BOUND:?}",
+            args.join(" ")
+        ),
+    }
+}
+
 #[tokio::test]
 async fn bench_jobs_runs_every_job_to_completion_and_reports_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -35,19 +53,7 @@ async fn bench_jobs_runs_every_job_to_completion_and_reports_it() {
     .map(|a| (*a).to_owned())
     .collect();
     args.push(output_path.display().to_string());
-    if let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) {
-        args.push("--kubeconfig".to_owned());
-        args.push(kubeconfig.to_string_lossy().into_owned());
-    }
-    let mut command = tokio::process::Command::new(binary("flotilla"));
-    command.args(&args).kill_on_drop(true);
-    let output = match tokio::time::timeout(RUN_BOUND, command.output()).await {
-        Ok(output) => output.unwrap(),
-        Err(_) => panic!(
-            "`flotilla {}` still runs after {RUN_BOUND:?}",
-            args.join(" ")
-        ),
-    };
+    let output = run_bench(args).await;
     assert!(output.status.success(), "{}", describe(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
@@ -126,19 +132,7 @@ async fn bench_endpoints_sees_every_flip_in_a_slice_and_reports_it() {
     .map(|a| (*a).to_owned())
     .collect();
     args.push(output_path.display().to_string());
-    if let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) {
-        args.push("--kubeconfig".to_owned());
-        args.push(kubeconfig.to_string_lossy().into_owned());
-    }
-    let mut command = tokio::process::Command::new(binary("flotilla"));
-    command.args(&args).kill_on_drop(true);
-    let output = match tokio::time::timeout(RUN_BOUND, command.output()).await {
-        Ok(output) => output.unwrap(),
-        Err(_) => panic!(
-            "`flotilla {}` still runs after {RUN_BOUND:?}",
-            args.join(" ")
-        ),
-    };
+    let output = run_bench(args).await;
     assert!(output.status.success(), "{}", describe(&output));
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&output_path).unwrap()).unwrap();
