@@ -15,6 +15,7 @@ mod fleet {
     pub mod peer;
 
     mod bad_input;
+    mod bounds;
     mod etcd_security;
     mod exclusivity;
     mod failover;
@@ -25,6 +26,8 @@ mod fleet {
     mod metrics;
     mod migration;
     mod mtls;
+    mod partitions_leader;
+    mod partitions_worker;
     mod read_your_writes;
     mod reasons;
     mod rebalance;

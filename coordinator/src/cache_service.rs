@@ -27,7 +27,7 @@ use until_sent::SendPermit;
 
 /// Why a Cache request was refused; mapped to a gRPC status at the edge.
 #[derive(Debug, thiserror::Error)]
-enum CacheServiceError {
+pub(crate) enum CacheServiceError {
     #[error("request lacks a resource kind")]
     MissingKind,
     #[error("{0}")]
@@ -246,7 +246,7 @@ impl Cache for CacheService {
 }
 
 /// Answers a List from one synced store.
-fn list(
+pub(crate) fn list(
     kind: &ResourceKind,
     store: &Store,
     request: &proto::ListRequest,

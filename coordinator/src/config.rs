@@ -83,6 +83,13 @@ pub struct CoordinatorConfig {
     /// a burst (a failover's resyncs) drains within it, while a flood is refused well before the
     /// clients' own deadlines, so refused requests do not pile up as waiting ones.
     pub cache_list_inflight_wait: Duration,
+    /// `--kube-api-unreachable-timeout`: a leader whose Kubernetes API has not answered for this long
+    /// stops dispatching and resigns, and a coordinator whose API does not answer does not campaign
+    /// (see `api_link`). Default 15 s: longer than an API server's rolling restart behind a load
+    /// balancer, which informers ride out, and far shorter than the read-your-writes bound, so a
+    /// cut-off leader hands over long before a hold could expire; kube-controller-manager, whose lease
+    /// lives in the API, stops after its 10 s renew deadline.
+    pub kube_api_unreachable_timeout: Duration,
     /// `--namespaces` / `--namespace-selector`: the namespaces whose objects the informers cover
     /// (cluster-scoped kinds stay cluster-wide). Default every namespace, as kube-controller-manager;
     /// scoped, several fleets share one cluster without touching each other's objects.
@@ -121,6 +128,7 @@ impl CoordinatorConfig {
             max_cache_list_inflight_bytes: 256 * 1024 * 1024,
             max_cache_list_inflight_bytes_per_worker: 64 * 1024 * 1024,
             cache_list_inflight_wait: Duration::from_secs(2),
+            kube_api_unreachable_timeout: Duration::from_secs(15),
             namespaces: NamespaceScope::All,
             tls: None,
         }
@@ -192,6 +200,14 @@ impl CoordinatorConfig {
             ));
         }
         self.validate_cache_list_inflight()?;
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600))
+            .contains(&self.kube_api_unreachable_timeout)
+        {
+            return Err(ConfigError(format!(
+                "--kube-api-unreachable-timeout must be in 1s..=1h, not {:?}",
+                self.kube_api_unreachable_timeout
+            )));
+        }
         if let NamespaceScope::Names(names) = &self.namespaces {
             for name in names {
                 flotilla_common::validate_label(name).map_err(|reason| {
@@ -341,6 +357,18 @@ mod tests {
         );
         c.cache_list_inflight_wait = Duration::ZERO;
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_kube_api_unreachable_timeout_below_a_second_is_refused() {
+        let mut c = CoordinatorConfig::new("f", vec!["http://e:2379".into()]);
+        c.kube_api_unreachable_timeout = Duration::from_millis(500);
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .0
+                .contains("--kube-api-unreachable-timeout")
+        );
     }
 
     #[test]

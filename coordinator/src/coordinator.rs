@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::admin_service::AdminService;
+use crate::api_link::ApiLink;
 use crate::config::CoordinatorConfig;
 use crate::dispatch_service::DispatchService;
 use crate::fleet::{
@@ -82,12 +83,10 @@ impl Coordinator {
             api_requests.clone(),
         )
         .await?;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| CoordinatorError::Listen {
-                addr: config.listen,
-                source,
-            })?;
+        let listener = bind_listener(config.listen).map_err(|source| CoordinatorError::Listen {
+            addr: config.listen,
+            source,
+        })?;
         let addr = listener
             .local_addr()
             .map_err(|source| CoordinatorError::Listen {
@@ -130,6 +129,12 @@ impl Coordinator {
         )
         .await?;
         let slot = LeaderSlot::default();
+        // Probed through the informers' own client: the link they list and watch over.
+        let api_link = ApiLink::start(
+            informers.client(),
+            config.kube_api_unreachable_timeout,
+            stop.clone(),
+        );
 
         let server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(5)))
@@ -191,6 +196,7 @@ impl Coordinator {
             queue_metrics,
             slot: slot.clone(),
             health,
+            api_link,
         };
         let mut tasks = vec![grpc];
         if config.hot_standby {
@@ -286,6 +292,9 @@ struct Process {
     queue_metrics: QueueMetricsFamilies,
     slot: LeaderSlot,
     health: Health,
+    /// Whether the Kubernetes API answers: this coordinator neither campaigns nor leads while it has
+    /// not for `--kube-api-unreachable-timeout`.
+    api_link: ApiLink,
 }
 
 impl Process {
@@ -314,6 +323,25 @@ impl Process {
         // elected again and again, and would look ready between terms.
         let mut failed_terms = Flapping::new(FAILED_TERMS_WINDOW, FAILED_TERMS_NOT_READY);
         while !stop.is_cancelled() {
+            // A coordinator cut from the API would lead on informers nobody updates: it stays out of
+            // the election until the API answers, and a standby that reaches it leads meanwhile.
+            if self.api_link.is_unreachable() {
+                warn!(unreachable_for = ?self.api_link.unreachable_for(),
+                    "the Kubernetes API does not answer; not campaigning until it does");
+                self.health.set_ready(
+                    false,
+                    &self
+                        .api_link
+                        .not_ready_reason("not campaigning")
+                        .unwrap_or_else(|| {
+                            "not campaigning; the Kubernetes API does not answer".into()
+                        }),
+                );
+                if !self.api_link.reachable(&stop).await {
+                    break;
+                }
+                info!("the Kubernetes API answers again; campaigning");
+            }
             // A lease that takes longer than the renew deadline to grant could not be kept anyway; and
             // a grant sent while etcd restarts may hang for the client's whole request timeout.
             let started = tokio::time::timeout(
@@ -351,6 +379,7 @@ impl Process {
             let readiness = tokio::spawn(follower_readiness(
                 self.slot.clone(),
                 self.health.clone(),
+                self.api_link.clone(),
                 self.config.dispatch_stall_timeout,
                 failed_terms.recent(tokio::time::Instant::now()),
             ));
@@ -362,6 +391,14 @@ impl Process {
                     break;
                 }
                 elected = election.campaign(&session, &info) => elected,
+                () = self.api_link.unreachable() => {
+                    readiness.abort();
+                    warn!(unreachable_for = ?self.api_link.unreachable_for(),
+                        "the Kubernetes API does not answer; leaving the election");
+                    // The campaign key may already be in etcd on this session's lease.
+                    self.revoke_when_reachable(session, &stop);
+                    continue;
+                }
             };
             readiness.abort();
             let elected = match elected {
@@ -392,6 +429,7 @@ impl Process {
                 queue_metrics: self.queue_metrics.clone(),
                 access: access.clone(),
                 progress: progress.clone(),
+                api_link: self.api_link.clone(),
             };
             let (handle, mut task) = fleet::spawn(ctx, term_stop.clone());
             self.slot.set_term(Some((handle, access)));
@@ -404,6 +442,7 @@ impl Process {
             let readiness = tokio::spawn(leader_readiness(
                 self.informers.clone(),
                 progress,
+                self.api_link.clone(),
                 self.health.clone(),
                 term_stop.clone(),
             ));
@@ -416,6 +455,11 @@ impl Process {
                 () = lost.cancelled() => {
                     warn!(term, "leader lease in doubt; stepping down before it can expire");
                     (false, false, "lease_lost")
+                }
+                () = self.api_link.unreachable() => {
+                    warn!(term, unreachable_for = ?self.api_link.unreachable_for(),
+                        "the Kubernetes API has not answered for --kube-api-unreachable-timeout; stopping dispatch and resigning so a coordinator that reaches it leads");
+                    (true, false, "api_unreachable")
                 }
                 ended = &mut task => {
                     let why = match ended {
@@ -633,10 +677,16 @@ const FAILED_TERMS_NOT_READY: usize = 3;
 async fn follower_readiness(
     slot: LeaderSlot,
     health: Health,
+    api_link: ApiLink,
     bound: Duration,
     failed_terms: usize,
 ) {
     loop {
+        if let Some(reason) = api_link.not_ready_reason("following") {
+            health.set_ready(false, &reason);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
         match slot.leaderless_for() {
             _ if failed_terms >= FAILED_TERMS_NOT_READY => health.set_ready(
                 false,
@@ -652,11 +702,12 @@ async fn follower_readiness(
     }
 }
 
-/// A leader is ready once every informer it runs has synced, and while its dispatching makes progress
-/// (see [`DispatchProgress`]).
+/// A leader is ready once every informer it runs has synced, while its dispatching makes progress
+/// (see [`DispatchProgress`]) and while its Kubernetes API answers (see [`ApiLink::in_doubt`]).
 async fn leader_readiness(
     informers: Informers,
     progress: DispatchProgress,
+    api_link: ApiLink,
     health: Health,
     stop: CancellationToken,
 ) {
@@ -668,7 +719,9 @@ async fn leader_readiness(
             .iter()
             .filter(|s| !s.synced && !s.unserved)
             .count();
-        if unsynced > 0 {
+        if let Some(reason) = api_link.not_ready_reason("leading") {
+            health.set_ready(false, &reason);
+        } else if unsynced > 0 {
             health.set_ready(false, &format!("leading; {unsynced} informers not synced"));
         } else if progress.is_stalled() {
             health.set_ready(
@@ -683,3 +736,20 @@ async fn leader_readiness(
         }
     }
 }
+
+/// The workers' listener, with room for [`LISTEN_BACKLOG`] connections not yet accepted.
+fn bind_listener(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// Connections the kernel queues before the coordinator accepts them: a whole fleet reconnecting at
+/// once after a failover (a thousand workers overflowed tokio's default of 1,024 by about a third,
+/// each dropped SYN costing its worker a second of TCP retransmit). The kernel caps it at
+/// `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 4096;

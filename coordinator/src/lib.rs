@@ -4,10 +4,12 @@
 //! - [`Coordinator`] — the process: gRPC services, ops endpoints, the leadership loop (`coordinator`).
 //! - `fleet` — the leader's dispatcher: queues, shard table, worker streams, read-your-writes.
 //! - `queue` — client-go's workqueue, rate limiters and metrics; `shard` — hashing and assignment.
-//! - `informer` — shared informers and the cache; `cache_service`, `dispatch_service`, `admin_service` —
-//!   the gRPC edge.
+//! - `informer` — shared informers and the cache; `api_link` — whether the Kubernetes API answers
+//!   (a coordinator it has not answered for `--kube-api-unreachable-timeout` neither leads nor
+//!   campaigns); `cache_service`, `dispatch_service`, `admin_service` — the gRPC edge.
 
 mod admin_service;
+mod api_link;
 mod cache_service;
 mod config;
 mod coordinator;

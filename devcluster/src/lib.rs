@@ -3,6 +3,7 @@
 
 mod apiserver;
 mod etcd;
+mod fault_proxy;
 mod simnodes;
 
 pub use apiserver::{
@@ -11,6 +12,7 @@ pub use apiserver::{
 };
 
 pub use etcd::{ETCD_BIN_ENV, EtcdError, EtcdServer, EtcdServerTls};
+pub use fault_proxy::{Clients, Direction, Fault, FaultProxy};
 pub use simnodes::{
     ConditionsChange, NODE_LEASE_NAMESPACE, NodeConditions, NodeControl, NodeSimulator,
     SIMULATED_LABEL, SimConfig, SimError, SimNodesHandle, control_router, serve_control,

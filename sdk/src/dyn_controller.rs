@@ -147,8 +147,13 @@ fn decode<K: DeserializeOwned>(
     let object = if item.object.is_empty() {
         None
     } else {
-        let object: K = serde_json::from_slice(&item.object)
-            .map_err(|err| format!("object {} is not a valid {kind}: {err}", item.key))?;
+        let object: K = serde_json::from_slice(&item.object).map_err(|err| {
+            format!(
+                "object {} is not a valid {kind}: {}",
+                item.key,
+                decode_error(&err)
+            )
+        })?;
         Some(Arc::new(object))
     };
     let (namespace, name) = if kinded {
@@ -166,6 +171,19 @@ fn decode<K: DeserializeOwned>(
         attempt: item.attempt,
         reason: item.reason.clone(),
     })
+}
+
+/// Where and how an object failed to decode, without serde's detail: that quotes the offending value
+/// (`invalid type: string "…"`), which may be a Secret's, and the message reaches logs, traces and
+/// `Done`.
+fn decode_error(err: &serde_json::Error) -> String {
+    let category = match err.classify() {
+        serde_json::error::Category::Io => "an I/O error",
+        serde_json::error::Category::Syntax => "malformed JSON",
+        serde_json::error::Category::Data => "a field of the wrong type or value",
+        serde_json::error::Category::Eof => "truncated JSON",
+    };
+    format!("{category} at line {} column {}", err.line(), err.column())
 }
 
 /// The error and its sources, `: `-joined, as one line for logs and Done.
@@ -228,6 +246,24 @@ mod tests {
                 .unwrap()
                 .contains("not a valid ConfigMap")
         );
+    }
+
+    #[tokio::test]
+    async fn a_decode_error_names_where_but_never_quotes_the_objects_values() {
+        let controller = seen_by(Controller::new("c").reconcile(
+            |_req: Request<ConfigMap>, _ctx| async {
+                Ok::<_, std::io::Error>(Action::await_change())
+            },
+        ));
+        // `data` must be a map of strings: serde's own message would quote the value.
+        let object = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"data":"s3cr3t-value"}"#;
+        let outcome = controller
+            .run(item("ns/x", object), Context::for_test().build())
+            .await;
+        let message = outcome.error_message().unwrap();
+        assert!(message.contains("not a valid ConfigMap"), "{message}");
+        assert!(message.contains("line 1 column"), "{message}");
+        assert!(!message.contains("s3cr3t"), "the value leaked: {message}");
     }
 
     #[tokio::test]

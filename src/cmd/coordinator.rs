@@ -92,6 +92,11 @@ pub struct Args {
     /// How long a Cache List waits for room under those bounds before it is refused.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub cache_list_inflight_wait: Duration,
+    /// A leader whose Kubernetes API has not answered for this long stops dispatching, says not ready
+    /// and resigns so a coordinator that reaches the API leads; a coordinator does not campaign while
+    /// its API has not answered for this long.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub kube_api_unreachable_timeout: Duration,
     /// Cover only these namespaces (comma-separated): one list+watch per namespace per namespaced kind;
     /// cluster-scoped kinds stay cluster-wide. Several fleets can so share one cluster.
     #[arg(long, value_delimiter = ',', conflicts_with = "namespace_selector")]
@@ -151,6 +156,7 @@ impl Args {
         config.max_cache_list_inflight_bytes_per_worker =
             self.max_cache_list_inflight_bytes_per_worker;
         config.cache_list_inflight_wait = self.cache_list_inflight_wait;
+        config.kube_api_unreachable_timeout = self.kube_api_unreachable_timeout;
         config.namespaces =
             NamespaceScope::from_flags(&self.namespaces, self.namespace_selector.as_deref())?;
         config.tls = self.tls.server()?;

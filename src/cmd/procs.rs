@@ -28,6 +28,13 @@ impl Child {
         self.child.id()
     }
 
+    /// Kills it at once (SIGKILL), as a crash would, and reaps it; dropping it afterwards signals
+    /// nothing.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Everything it logged so far (empty when the log cannot be read).
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -49,6 +56,10 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
+        // Reaped already (killed, or seen exited): its pid may belong to another process by now.
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
         let _ = std::process::Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())

@@ -114,6 +114,7 @@ impl TestClusterBuilder {
             .await
             .unwrap_or_else(|err| panic!("cannot start etcd for the test: {err}"));
         let control = NodeControl::new();
+        let with_nodes = self.sim.nodes > 0;
         let scope = new_scope();
         let kubeconfig = dir.path().join("kubeconfig");
         let devcluster = match std::env::var_os(KUBECONFIG_ENV) {
@@ -136,7 +137,7 @@ impl TestClusterBuilder {
                     bookmark_interval: self.bookmark_interval,
                     extension: (self.sim.nodes > 0).then(|| control_router(control.clone())),
                 };
-                let cluster = DevCluster::start_with_auth(config, self.auth)
+                let cluster = DevCluster::start_with_auth(config, self.auth.clone())
                     .await
                     .unwrap_or_else(|err| panic!("cannot start devcluster: {err}"));
                 write_scoped(cluster.kubeconfig(), &scope, &kubeconfig);
@@ -154,6 +155,12 @@ impl TestClusterBuilder {
             None
         };
         TestCluster {
+            restart: RestartSettings {
+                compact_interval: self.compact_interval,
+                bookmark_interval: self.bookmark_interval,
+                auth: self.auth,
+                control: with_nodes.then_some(control),
+            },
             simulator,
             client,
             scope,
@@ -178,7 +185,17 @@ pub struct TestCluster {
     /// None when the tests run against an external cluster.
     devcluster: Option<DevCluster>,
     etcd: EtcdServer,
+    /// What [`TestCluster::restart_etcd_and_api`] starts the devcluster with again.
+    restart: RestartSettings,
     _dir: TempDir,
+}
+
+/// The devcluster's settings, kept for a restart on the same address.
+struct RestartSettings {
+    compact_interval: Option<Duration>,
+    bookmark_interval: Duration,
+    auth: AuthConfig,
+    control: Option<NodeControl>,
 }
 
 impl TestCluster {
@@ -248,6 +265,43 @@ impl TestCluster {
             .await
             .unwrap_or_else(|err| panic!("cannot compact devcluster: {err}"));
         Some(revision)
+    }
+
+    /// Restarts etcd and the devcluster with their data kept, as a control plane whose processes
+    /// crashed and came back: the devcluster stops (open watches end, its listener closes), etcd is
+    /// killed, stays down for `down`, starts again on its ports, and the devcluster starts again on
+    /// its address, so every kubeconfig, client and etcd endpoint stays valid. Returns once both
+    /// serve. `None` on an external cluster, which cannot be restarted.
+    ///
+    /// # Panics
+    /// When either cannot be started again, or in RBAC mode (a restarted devcluster would make a new
+    /// admin token and serving certificate, which the kubeconfig does not carry).
+    pub async fn restart_etcd_and_api(&mut self, down: Duration) -> Option<()> {
+        let old = self.devcluster.take()?;
+        assert!(
+            self.restart.auth.authorization_mode != AuthorizationMode::Rbac,
+            "restart_etcd_and_api: not supported in RBAC mode"
+        );
+        let listen = old.addr();
+        old.shutdown().await;
+        self.etcd.kill();
+        tokio::time::sleep(down).await;
+        self.etcd
+            .restart()
+            .await
+            .unwrap_or_else(|err| panic!("cannot restart etcd: {err}"));
+        let config = DevClusterConfig {
+            etcd_endpoints: self.etcd.endpoints(),
+            listen,
+            compact_interval: self.restart.compact_interval,
+            bookmark_interval: self.restart.bookmark_interval,
+            extension: self.restart.control.clone().map(control_router),
+        };
+        let cluster = DevCluster::start_with_auth(config, self.restart.auth.clone())
+            .await
+            .unwrap_or_else(|err| panic!("cannot restart devcluster on {listen}: {err}"));
+        self.devcluster = Some(cluster);
+        Some(())
     }
 
     /// Every authorization decision the devcluster recorded (RBAC mode), oldest first; `None` on an

@@ -253,6 +253,18 @@ impl Fleet {
     /// serviceaccount controllers act only on the test's own Namespaces, which the selector picks too.
     /// On a devcluster (one per test) nothing is added.
     pub fn coordinator(&self, id: &str, extra: &[&str]) -> Proc {
+        self.coordinator_via(id, extra, &self.etcd_endpoints, &self.kubeconfig)
+    }
+
+    /// [`Fleet::coordinator`] reaching etcd at `etcd_endpoints` and the API through `kubeconfig`
+    /// instead of the fleet's own (proxies a test can cut, `support::links`).
+    pub fn coordinator_via(
+        &self,
+        id: &str,
+        extra: &[&str],
+        etcd_endpoints: &[String],
+        kubeconfig: &Path,
+    ) -> Proc {
         let mut args: Vec<String> = [
             "coordinator",
             "--id",
@@ -274,9 +286,9 @@ impl Fleet {
         .map(|s| s.to_string())
         .collect();
         args.push("--etcd-endpoints".into());
-        args.push(self.etcd_endpoints.join(","));
+        args.push(etcd_endpoints.join(","));
         args.push("--kubeconfig".into());
-        args.push(self.kubeconfig.display().to_string());
+        args.push(kubeconfig.display().to_string());
         args.push("--metrics-listen".into());
         args.push("127.0.0.1:0".into());
         args.extend(extra.iter().map(|s| s.to_string()));
@@ -301,6 +313,19 @@ impl Fleet {
     /// Starts a worker binary (`fleet-probe`, `greeting-controller`, or `flotilla` with `worker` as the
     /// first extra argument) with test timing (lease 3 s).
     pub fn worker(&self, program: &str, id: &str, extra: &[&str]) -> Proc {
+        self.worker_via(program, id, extra, &self.etcd_endpoints, &self.kubeconfig)
+    }
+
+    /// [`Fleet::worker`] reaching etcd at `etcd_endpoints` and the API through `kubeconfig` instead
+    /// of the fleet's own (proxies a test can cut, `support::links`).
+    pub fn worker_via(
+        &self,
+        program: &str,
+        id: &str,
+        extra: &[&str],
+        etcd_endpoints: &[String],
+        kubeconfig: &Path,
+    ) -> Proc {
         let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         args.extend(
             [
@@ -319,9 +344,9 @@ impl Fleet {
             .map(|s| s.to_string()),
         );
         args.push("--etcd-endpoints".into());
-        args.push(self.etcd_endpoints.join(","));
+        args.push(etcd_endpoints.join(","));
         args.push("--kubeconfig".into());
-        args.push(self.kubeconfig.display().to_string());
+        args.push(kubeconfig.display().to_string());
         args.push("--metrics-listen".into());
         args.push("127.0.0.1:0".into());
         plaintext_unless_tls(&mut args, extra);

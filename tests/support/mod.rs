@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod fleet;
+pub mod links;
 pub mod namespace;
 pub mod objects;
 pub mod pki;

@@ -13,6 +13,9 @@ mod propagation;
 mod reason;
 mod selector;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use field_path::{BUILTIN_INDEXES, string_at, value_at};
 pub use kind::{ResourceKind, split_key};
 pub use kinded_key::KindedKey;

@@ -185,7 +185,9 @@ impl LabelSelector {
     }
 
     /// The selector of a plain label map, as a Service's `spec.selector`: every pair must match.
-    /// An **empty** map selects **nothing** (a Service without a selector has no pods).
+    /// An **empty** map selects **nothing** (a Service without a selector has no pods). Keys and
+    /// values are taken as given (an API object's, already validated); the string form of a map
+    /// holding an invalid key or value does not parse back ([`LabelSelector::from_map_json`] checks).
     pub fn from_map(labels: &BTreeMap<String, String>) -> Self {
         if labels.is_empty() {
             return Self::nothing();
@@ -203,15 +205,23 @@ impl LabelSelector {
 
     /// The selector of a JSON plain label map (`{"app": "web"}`); see [`LabelSelector::from_map`].
     ///
+    /// Keys and values are checked as `matchLabels`' are (the API server refuses a Service whose
+    /// selector fails them), so the selector's string form always parses back.
+    ///
     /// # Errors
     /// [`SelectorError::MalformedJson`] when the value is not an object of strings (`null` is an
-    /// empty map and selects nothing).
+    /// empty map and selects nothing); [`SelectorError::InvalidKey`] / [`SelectorError::InvalidValue`]
+    /// for a key or value that is not a valid label key or value.
     pub fn from_map_json(value: &serde_json::Value) -> Result<Self, SelectorError> {
         if value.is_null() {
             return Ok(Self::nothing());
         }
         let map: BTreeMap<String, String> = serde_json::from_value(value.clone())
             .map_err(|e| SelectorError::MalformedJson(e.to_string()))?;
+        for (key, value) in &map {
+            validate_key(key)?;
+            validate_value(key, value)?;
+        }
         Ok(Self::from_map(&map))
     }
 

@@ -16,6 +16,8 @@
 //! the wall clock and production behaviour is exactly upstream's.
 
 mod clock;
+#[cfg(test)]
+mod fuzz_tests;
 mod jobs;
 mod policy;
 mod reconcile;

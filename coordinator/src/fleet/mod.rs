@@ -5,6 +5,8 @@ mod access;
 mod claim_retry;
 mod dispatcher;
 mod expectations;
+#[cfg(test)]
+mod fuzz_tests;
 mod mapping;
 mod messages;
 mod owner_graph;

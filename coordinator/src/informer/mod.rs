@@ -5,6 +5,8 @@ mod discovery;
 mod error;
 mod event;
 mod factory;
+#[cfg(test)]
+mod fuzz_tests;
 mod json_field;
 mod metrics;
 mod named_index;

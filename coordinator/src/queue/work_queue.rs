@@ -325,3 +325,8 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
 #[path = "work_queue_tests.rs"]
 #[allow(clippy::unwrap_used)]
 mod tests;
+
+#[cfg(test)]
+#[path = "work_queue_bounds_tests.rs"]
+#[allow(clippy::unwrap_used)]
+mod bounds_tests;

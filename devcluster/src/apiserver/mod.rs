@@ -93,6 +93,8 @@ mod defaults;
 mod defaults_scaling_network;
 mod discovery;
 mod eviction;
+#[cfg(test)]
+mod fuzz_tests;
 mod http;
 mod managed_fields;
 mod meta;

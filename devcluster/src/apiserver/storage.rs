@@ -20,6 +20,13 @@ pub enum StorageError {
     /// etcd-client offers no way to raise); a smaller range read fits.
     #[error("etcd reply too large for the client")]
     ReplyTooLarge(#[source] etcd_client::Error),
+    /// etcd refused a write above its `--max-request-bytes` (1.5 MiB by default: `etcdserver:
+    /// request is too large`) or above its gRPC limit, that plus 512 KiB (`grpc: received message
+    /// larger than max`). kube-apiserver passes etcd's text on as a 500
+    /// (kubernetes/kubernetes#112152), and so does the devcluster: a body under the 3 MiB request
+    /// limit can still be too large to store. Holds etcd's message.
+    #[error("{0}")]
+    RequestTooLarge(String),
 }
 
 impl From<etcd_client::Error> for StorageError {
@@ -29,6 +36,15 @@ impl From<etcd_client::Error> for StorageError {
             StorageError::Compacted
         } else if text.contains("decoded message length too large") {
             StorageError::ReplyTooLarge(e)
+        } else if let etcd_client::Error::GRpcStatus(status) = &e
+            && (status
+                .message()
+                .contains("etcdserver: request is too large")
+                || status
+                    .message()
+                    .contains("received message larger than max"))
+        {
+            StorageError::RequestTooLarge(status.message().to_owned())
         } else {
             StorageError::Etcd(e)
         }

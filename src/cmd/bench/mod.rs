@@ -4,8 +4,12 @@
 //! `jobs` measures the fleet running many Jobs to completion on simulated nodes; `endpoints` the
 //! EndpointSlice writes and latency while pods flip readiness; `idle` measures what
 //! an idle fleet's processes cost; `scaleout` what more workers buy an I/O-bound controller; `memory`
-//! what the coordinator's caches cost.
+//! what the coordinator's caches cost; `chaos` whether the fleet keeps its promises while workers,
+//! leaders, links and etcd break on a seeded schedule; `bounds` what one controller's queue costs at
+//! a million keys.
 
+mod bounds;
+mod chaos;
 mod create_many;
 mod dispatch;
 mod done_watch;
@@ -50,6 +54,12 @@ enum Bench {
     /// The coordinator's memory with a rollout's objects and many bare pods, and the fleet's effect on
     /// other clients' pod creates.
     Memory(memory::MemoryArgs),
+    /// Deployments rolled out twice while workers and leaders are killed, links cut and etcd
+    /// restarted on a seeded schedule; checks pod counts, overlapping reconciles, lost keys and
+    /// maxSurge, and reports into RELIABILITY.md.
+    Chaos(chaos::ChaosArgs),
+    /// Time and memory of one controller's workqueue at a million keys.
+    Bounds(bounds::BoundsArgs),
 }
 
 /// Runs a benchmark.
@@ -70,6 +80,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Bench::Idle(args) => idle::run(args).await,
         Bench::Scaleout(args) => scaleout::run(args).await,
         Bench::Memory(args) => memory::run(args).await,
+        Bench::Bounds(args) => bounds::run(args).await,
+        Bench::Chaos(args) => chaos::run(args).await,
     }
 }
 

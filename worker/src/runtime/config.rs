@@ -1,6 +1,7 @@
 //! The worker's configuration: plain values with documented defaults, validated once at start-up.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use flotilla_common::tls::ClientTransport;
@@ -48,6 +49,9 @@ pub struct WorkerConfig {
     /// `--insecure-plaintext` asks for and the default of a configuration built in code (in-process
     /// tests, benchmarks).
     pub tls: ClientTransport,
+    /// Where to journal every reconcile's start and end (`--reconcile-journal`, a test and benchmark
+    /// aid; see `reconcile_journal`); `None`, the default, journals nothing.
+    pub reconcile_journal: Option<PathBuf>,
 }
 
 impl WorkerConfig {
@@ -71,6 +75,7 @@ impl WorkerConfig {
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(2),
             tls: ClientTransport::Plaintext,
+            reconcile_journal: None,
         }
     }
 

@@ -31,6 +31,7 @@ use super::ledger::{Admission, Assigned, Ledger};
 use super::metrics::{ControllerMetrics, Metrics};
 use super::outbox::{FLUSH_INTERVAL, Outbox};
 use super::prefetch;
+use super::reconcile_journal::{self, JournalEntry, ReconcileJournal};
 use super::registration::RegistrationRecord;
 use super::stream_health::StreamHealth;
 use super::wire::{self, DoneOutcome};
@@ -112,6 +113,7 @@ pub(crate) async fn run(shared: Arc<Shared>, etcd: etcd_client::Client, stops: S
     let mut ledger = Ledger::new(concurrency);
     let mut leader: Option<Leadership> = None;
     let record = RegistrationRecord::of(&shared);
+    let journal = open_journal(&shared.config);
     loop {
         let Some(session) = start_session(&record, &shared, &etcd, &stops).await else {
             return;
@@ -131,7 +133,8 @@ pub(crate) async fn run(shared: Arc<Shared>, etcd: etcd_client::Client, stops: S
                 })
                 .instrument(span.clone()),
         );
-        let run = SessionRun::new(&shared, &session, &stops, &mut ledger, &mut leader);
+        let mut run = SessionRun::new(&shared, &session, &stops, &mut ledger, &mut leader);
+        run.journal = journal.clone();
         let end = run.run(&mut leaders).instrument(span).await;
         keeper.cancel();
         match end {
@@ -145,6 +148,19 @@ pub(crate) async fn run(shared: Arc<Shared>, etcd: etcd_client::Client, stops: S
                 return;
             }
             End::Killed => return,
+        }
+    }
+}
+
+/// The `--reconcile-journal` of `config`, opened; `None` without one or (logged) when it cannot be
+/// opened: the journal observes reconciles and never stops the worker.
+fn open_journal(config: &WorkerConfig) -> Option<Arc<ReconcileJournal>> {
+    let path = config.reconcile_journal.as_deref()?;
+    match ReconcileJournal::open(path) {
+        Ok(journal) => Some(Arc::new(journal)),
+        Err(err) => {
+            tracing::error!(error = %err, "reconciles are not journalled");
+            None
         }
     }
 }
@@ -230,6 +246,8 @@ struct SessionRun<'a> {
     stream_health: StreamHealth,
     /// When a welcomed stream of a flapping worker has stayed up long enough to say ready.
     ready_at: Option<Instant>,
+    /// `--reconcile-journal`: every reconcile's start and end.
+    journal: Option<Arc<ReconcileJournal>>,
 }
 
 impl<'a> SessionRun<'a> {
@@ -270,6 +288,7 @@ impl<'a> SessionRun<'a> {
             draining_until: None,
             stream_health: StreamHealth::default(),
             ready_at: None,
+            journal: None,
         }
     }
 
@@ -655,6 +674,21 @@ impl<'a> SessionRun<'a> {
                 merged.link_from(&span);
             }
         }
+        // Written here, before the task is spawned: the start line is in the file before the
+        // reconcile can run, and the end line once it ended or was cancelled.
+        let mut journalled = self.journal.clone().map(|journal| {
+            let entry = JournalEntry {
+                key: item.key.clone(),
+                controller: item.controller.clone(),
+                worker: self.shared.worker_id.to_string(),
+                start_ns: reconcile_journal::now_ns(),
+                end_ns: 0,
+                rv: reconcile_journal::resource_version(&item.object),
+                reason: item.reason.to_string(),
+            };
+            journal.append(&entry);
+            (journal, entry)
+        });
         let cancel = self.reconciles.child_token();
         let journal = WriteJournal::default();
         // What the leader could not ship with the item is read through the cache first; the reconcile
@@ -699,6 +733,10 @@ impl<'a> SessionRun<'a> {
                     () = cancel.cancelled() => None,
                     outcome = run => Some(DoneOutcome::from(outcome)),
                 };
+                if let Some((journal, entry)) = journalled.as_mut() {
+                    entry.end_ns = reconcile_journal::now_ns();
+                    journal.append(entry);
+                }
                 metrics.finished(
                     outcome.as_ref().map(DoneOutcome::label),
                     started.elapsed().as_secs_f64(),

@@ -63,6 +63,11 @@ pub struct WorkerFlags {
     /// OpenTelemetry trace export (--otlp-endpoint, --otlp-protocol, --trace-sample-ratio).
     #[command(flatten)]
     pub tracing: flotilla_common::TraceFlags,
+    /// Test and benchmark aid: append one JSON line per reconcile start and end (key, controller,
+    /// worker, start/end ns, the primary's resourceVersion) to this file, for checking that no key was
+    /// reconciled twice at once and none was lost.
+    #[arg(long, hide = true)]
+    pub reconcile_journal: Option<PathBuf>,
     /// Check the flags as start-up does, print `configuration ok` and exit, touching neither etcd nor
     /// the Kubernetes API (a --kubeconfig file is read); exit non-zero with the error otherwise.
     #[arg(long)]
@@ -114,6 +119,7 @@ impl WorkerFlags {
         config.shutdown_grace_period = self.shutdown_grace_period;
         config.metrics_listen = Some(self.metrics_listen);
         config.tls = self.tls.client()?;
+        config.reconcile_journal = self.reconcile_journal.clone();
         Ok(config)
     }
 }

@@ -10,12 +10,15 @@ mod connection;
 mod custom;
 mod engine;
 mod flags;
+#[cfg(test)]
+mod fuzz_tests;
 mod kube_stack;
 mod ledger;
 mod metrics;
 mod outbox;
 mod prefetch;
 mod rate_limit;
+mod reconcile_journal;
 mod recording;
 mod registration;
 mod selection;

@@ -157,6 +157,8 @@ pub struct TermContext {
     pub access: CacheAccess,
     /// Where this term publishes whether its dispatching is stalled (for `/readyz`).
     pub progress: DispatchProgress,
+    /// Whether the Kubernetes API answers: read-your-writes holds do not expire while it is in doubt.
+    pub api_link: crate::api_link::ApiLink,
 }
 
 /// What the dispatcher's decisions need of the process: no etcd (what it wants of etcd it queues as
@@ -171,6 +173,7 @@ pub(super) struct TermEnv {
     pub(super) queue_metrics: QueueMetricsFamilies,
     pub(super) access: CacheAccess,
     pub(super) progress: DispatchProgress,
+    pub(super) api_link: crate::api_link::ApiLink,
 }
 
 /// No worker weighs more than this many times the median live worker in shard assignment, whatever it

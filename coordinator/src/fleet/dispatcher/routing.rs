@@ -472,7 +472,12 @@ impl Dispatcher {
         }
         self.publish_worker_gauges();
         self.check_progress(now);
-        let expired = self.expectations.expire(now);
+        // A hold expires only once the API has answered after its deadline: released while the API does
+        // not answer, its key would run on a cache that cannot have observed its writes (the overshoot
+        // the hold exists to prevent).
+        let expired = self
+            .expectations
+            .expire(self.ctx.api_link.expiry_horizon(now));
         if !expired.is_empty() {
             self.ctx.metrics.ryw_expired.inc_by(expired.len() as u64);
             warn!(

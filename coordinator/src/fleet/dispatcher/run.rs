@@ -41,6 +41,7 @@ async fn run(
         queue_metrics,
         access,
         progress,
+        api_link,
     } = ctx;
     let keys = config.etcd.fleet_keys(&config.fleet);
     let (discovered_tx, mut discovered) = mpsc::channel(DISCOVERY_CAPACITY);
@@ -63,6 +64,7 @@ async fn run(
         queue_metrics,
         access,
         progress,
+        api_link,
     };
     let mut d = Dispatcher::new(env, discovered_tx);
     let _tasks_guard = d.term_tasks.clone().drop_guard();

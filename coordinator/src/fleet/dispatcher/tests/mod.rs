@@ -176,6 +176,7 @@ impl Fleet {
             queue_metrics: QueueMetricsFamilies::register(&mut registry),
             access: CacheAccess::default(),
             progress: super::DispatchProgress::default(),
+            api_link: crate::api_link::ApiLink::default(),
         };
         let (discovered_tx, _) = mpsc::channel(1);
         let mut d = Dispatcher::new(env, discovered_tx);
