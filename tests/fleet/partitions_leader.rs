@@ -2,18 +2,14 @@
 //! from the Kubernetes API, and etcd and the API server restarted mid-rollout. Each checks the journal
 //! (no key reconciled by two workers at once, none left behind) and that nothing was created twice.
 //!
-//! Each coordinator whose link is cut gets a `FaultProxy` of its own in front of that link (its own
-//! `--etcd-endpoints`, or a kubeconfig whose server is the proxy); the other processes reach etcd and
-//! the API directly.
+//! The coordinator whose link is cut is started with `support::links` (a `FaultProxy` of its own in
+//! front of etcd, the API and its gRPC listener); the other processes reach etcd and the API directly.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use flotilla_devcluster::{Clients, Direction, Fault, FaultProxy};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -23,61 +19,11 @@ use super::common::{JOURNAL_LABEL, create_configmaps, leader_id, touch};
 use super::journal::{intervals, now_ns, overlaps, read, stale_keys};
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::{Fleet, LEASE, Proc, metric};
+use crate::support::links::{self, Clients, Direction, Fault, LinkedCoordinator};
 use crate::support::wait::wait_for;
 
 /// The label value of the one-child probe's parents.
 const PARENT: (&str, &str) = ("flotilla.dev/probe", "parent");
-
-/// The `host:port` of a URL such as `http://127.0.0.1:2379`.
-fn socket_of(url: &str) -> SocketAddr {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split('/').next().unwrap_or(rest);
-    authority
-        .parse()
-        .unwrap_or_else(|err| panic!("{url} does not name host:port: {err}"))
-}
-
-/// The fleet `fleet` is, seen through other links: the same name, with `etcd_endpoints` and the
-/// cluster behind `kubeconfig` (one process's proxies); its logs go to a directory of its own.
-fn through(fleet: &Fleet, etcd_endpoints: Vec<String>, kubeconfig: &std::path::Path) -> Fleet {
-    let mut linked = Fleet::new(etcd_endpoints, kubeconfig);
-    linked.name = fleet.name.clone();
-    linked.scope = fleet.scope.clone();
-    linked
-}
-
-/// A copy of the cluster's kubeconfig whose server is `proxy` (the TLS server name kept as the
-/// original host, so an HTTPS cluster's certificate still verifies).
-fn kubeconfig_via(cluster: &TestCluster, fleet: &Fleet, name: &str, proxy: SocketAddr) -> PathBuf {
-    let mut file = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).unwrap();
-    for named in &mut file.clusters {
-        if let Some(c) = named.cluster.as_mut()
-            && let Some(server) = c.server.clone()
-        {
-            let (scheme, rest) = server.split_once("://").unwrap_or(("http", &server));
-            let host = rest.split('/').next().unwrap_or(rest);
-            if scheme == "https" && c.tls_server_name.is_none() {
-                let hostname = host.rsplit_once(':').map_or(host, |(h, _)| h);
-                c.tls_server_name = Some(hostname.to_owned());
-            }
-            c.server = Some(format!("{scheme}://{proxy}"));
-        }
-    }
-    let path = fleet.dir().join(format!("{name}.kubeconfig"));
-    std::fs::write(&path, serde_json::to_string_pretty(&file).unwrap()).unwrap();
-    path
-}
-
-/// The API server's address, as the cluster's kubeconfig names it.
-fn api_addr(cluster: &TestCluster) -> SocketAddr {
-    let file = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).unwrap();
-    let server = file
-        .clusters
-        .iter()
-        .find_map(|c| c.cluster.as_ref()?.server.clone())
-        .expect("a server in the kubeconfig");
-    socket_of(&server)
-}
 
 /// A fleet-probe worker running the journal and one-child probes.
 fn probe_worker(fleet: &Fleet, id: &str, journal: &std::path::Path) -> Proc {
@@ -221,15 +167,12 @@ async fn a_leader_cut_from_etcd_stops_dispatching_before_its_lease_can_expire_an
     let ns = cluster.namespace("etcdcut").await;
     let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
     let journal = fleet.dir().join("journal.jsonl");
-    let etcd0 = FaultProxy::start(socket_of(&cluster.etcd_endpoints()[0]))
-        .await
-        .unwrap();
-    let c0_links = through(
-        &fleet,
-        vec![format!("http://{}", etcd0.addr())],
-        cluster.kubeconfig_path(),
-    );
-    let c0 = c0_links.coordinator("c0", &[]);
+    let LinkedCoordinator {
+        proc: c0,
+        links,
+        grpc: _grpc0, // kept: dropping the proxy closes the workers' streams
+    } = links::coordinator(&fleet, "c0", &[]).await;
+    let etcd0 = &links.etcd;
     wait_for(Duration::from_secs(30), "c0 to lead", || async {
         (leader_id(&fleet).await == "c0").then_some(())
     })
@@ -353,15 +296,9 @@ async fn a_leader_cut_from_the_api_resigns_within_the_bound_and_nothing_is_creat
     let ns = cluster.namespace("apicut").await;
     let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
     let journal = fleet.dir().join("journal.jsonl");
-    let api0 = FaultProxy::start(api_addr(&cluster)).await.unwrap();
     // c0 sees the API 300 ms late, so its read-your-writes holds last that long and some are open
     // when the link is cut; with a 1 s expectations timeout their deadlines pass while c0 is cut off,
     // and they must not be released onto its stale cache.
-    api0.set_for(
-        Clients::All,
-        Direction::ToClient,
-        Fault::Delay(Duration::from_millis(300)),
-    );
     let bound = Duration::from_secs(3);
     let flags = [
         "--kube-api-unreachable-timeout",
@@ -369,12 +306,17 @@ async fn a_leader_cut_from_the_api_resigns_within_the_bound_and_nothing_is_creat
         "--expectations-timeout",
         "1s",
     ];
-    let c0_links = through(
-        &fleet,
-        cluster.etcd_endpoints(),
-        &kubeconfig_via(&cluster, &fleet, "c0", api0.addr()),
+    let LinkedCoordinator {
+        proc: c0,
+        links,
+        grpc: _grpc0, // kept: dropping the proxy closes the workers' streams
+    } = links::coordinator(&fleet, "c0", &flags).await;
+    let api0 = &links.api;
+    api0.set_for(
+        Clients::All,
+        Direction::ToClient,
+        Fault::Delay(Duration::from_millis(300)),
     );
-    let c0 = c0_links.coordinator("c0", &flags);
     wait_for(Duration::from_secs(30), "c0 to lead", || async {
         (leader_id(&fleet).await == "c0").then_some(())
     })
