@@ -2,7 +2,8 @@
 //! and a `flotilla` user whose role may read and write only the fleet's `--etcd-prefix`. A coordinator
 //! and a worker reconcile through it; a wrong password and a client without a certificate are refused
 //! at start-up with errors naming the flags; and two fleets of one name under different prefixes in
-//! one etcd never see each other.
+//! one etcd never see each other. The first test also runs the fleet at debug level on an RBAC cluster
+//! and checks that no log holds the API token, the etcd password or the client key.
 //!
 //! The Kubernetes side is the test's devcluster, on its own plaintext etcd.
 
@@ -169,17 +170,20 @@ async fn exits(proc: &mut Proc, why: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fleet_reconciles_through_an_etcd_with_client_tls_and_a_user_limited_to_its_prefix() {
-    let cluster = TestCluster::start().await;
+    // RBAC, so the fleet's kubeconfig carries a bearer token: with the etcd password and the client
+    // key, one of the secrets the debug logs must never show.
+    let cluster = TestCluster::builder().with_rbac().start().await;
     let client = cluster.client();
     let secure = SecureEtcd::start().await;
-    let fleet = Fleet::new(secure.etcd.endpoints(), cluster.kubeconfig_path());
+    let mut fleet = Fleet::new(secure.etcd.endpoints(), cluster.kubeconfig_path());
+    fleet.rust_log = Some("debug".into());
     let args = secure.args();
     let mut coordinator_args = strs(&args);
     coordinator_args.extend(["--shards", "16"]);
-    let _c0 = fleet.coordinator("c0", &coordinator_args);
+    let c0 = fleet.coordinator("c0", &coordinator_args);
     let mut worker_args = vec!["worker", "--controllers", "serviceaccount"];
     worker_args.extend(strs(&args));
-    let _w0 = fleet.worker("flotilla", "w0", &worker_args);
+    let w0 = fleet.worker("flotilla", "w0", &worker_args);
 
     let (etcd, config) = secure.flotilla_client(&fleet.name).await;
     let keys = config.fleet_keys(&fleet.name);
@@ -236,6 +240,39 @@ async fn a_fleet_reconciles_through_an_etcd_with_client_tls_and_a_user_limited_t
             .any(|kv| kv.key() == keys.worker("w0").as_bytes()),
         "w0's registration is under the prefix"
     );
+
+    // Secrets are never logged, not even at debug level: the etcd password, the client key, the
+    // API token.
+    let mut secrets = vec![("the etcd password", PASSWORD.to_owned())];
+    let key = std::fs::read_to_string(&secure.client.key).unwrap();
+    let key_body = key.lines().find(|l| !l.starts_with("-----")).unwrap();
+    secrets.push(("the etcd client key", key_body.to_owned()));
+    let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).unwrap();
+    let kubeconfig = serde_json::to_value(&kubeconfig).unwrap();
+    for user in kubeconfig["users"].as_array().into_iter().flatten() {
+        if let Some(token) = user["user"]["token"].as_str() {
+            secrets.push(("the API token", token.to_owned()));
+        }
+    }
+    assert!(
+        !cluster.is_devcluster() || secrets.len() == 3,
+        "an RBAC devcluster's kubeconfig carries a token"
+    );
+    for proc in [&c0, &w0] {
+        let log = proc.log_text();
+        assert!(
+            log.lines().count() > 20 && log.contains("DEBUG"),
+            "{} logged at debug level",
+            proc.name
+        );
+        for (what, secret) in &secrets {
+            assert!(
+                !log.contains(secret.as_str()),
+                "{} logged {what}",
+                proc.name
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -157,6 +157,8 @@ pub struct Fleet {
     /// `support::namespace`); `None` for a kubeconfig no [`TestCluster`](super::cluster::TestCluster)
     /// wrote.
     pub scope: Option<String>,
+    /// `RUST_LOG` of the processes started from now on; `None`: `FLOTILLA_TEST_LOG`, or `info`.
+    pub rust_log: Option<String>,
     dir: Option<TempDir>,
 }
 
@@ -210,6 +212,7 @@ impl Fleet {
             kubeconfig: kubeconfig.to_path_buf(),
             admin: ClientTransport::Plaintext,
             scope: scope_in(kubeconfig),
+            rust_log: None,
             dir: Some(dir),
         }
     }
@@ -222,7 +225,9 @@ impl Fleet {
             .args(args)
             .env(
                 "RUST_LOG",
-                std::env::var("FLOTILLA_TEST_LOG").unwrap_or_else(|_| "info".into()),
+                self.rust_log.clone().unwrap_or_else(|| {
+                    std::env::var("FLOTILLA_TEST_LOG").unwrap_or_else(|_| "info".into())
+                }),
             )
             .stdin(Stdio::null())
             .stdout(file)
