@@ -267,7 +267,14 @@ impl Dispatcher {
         }
         self.ctx.metrics.ryw_released.inc_by(released.len() as u64);
         for (controller, key) in released {
-            if let Some(state) = self.controllers.get_mut(&controller) {
+            // A key held from an earlier term is not processing in this term's queue: it stops being
+            // foreign instead, and its deferred run goes out.
+            if self
+                .foreign_keys
+                .contains(&(controller.clone(), key.clone()))
+            {
+                self.finish_foreign(&controller, &key);
+            } else if let Some(state) = self.controllers.get_mut(&controller) {
                 state.queue.done(&key);
             }
         }

@@ -59,11 +59,9 @@ impl Dispatcher {
                     .add_rate_limited_traced(item.key.clone(), Reason::Retry, trace);
             }
         }
-        if item.foreign {
-            self.finish_foreign(&item.controller, &item.key);
-            return;
-        }
-        // Read-your-writes: hold the key (keep it processing) until the cache shows every write.
+        // Read-your-writes: hold the key (keep it processing, or, for an item held from an earlier
+        // term, keep it foreign so its next run waits) until the cache shows every write. A new leader's
+        // informers may not have seen what the old term's reconcile wrote.
         let mut unobserved = Vec::new();
         for w in d.writes {
             let Some(expected) = Expected::of(w.op, w.resource_version) else {
@@ -79,7 +77,11 @@ impl Dispatcher {
             }
         }
         if unobserved.is_empty() {
-            state.queue.done(&item.key);
+            if item.foreign {
+                self.finish_foreign(&item.controller, &item.key);
+            } else {
+                state.queue.done(&item.key);
+            }
         } else {
             let now = Instant::now();
             let deadline = now

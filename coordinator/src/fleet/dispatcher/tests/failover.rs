@@ -86,6 +86,45 @@ async fn a_held_key_stays_off_the_shard_owner_the_new_leader_reads_until_its_hol
     assert_eq!(f.assignments_of(&key).len(), 2, "then it runs once more");
 }
 
+/// A key held from the old term finishes with a write the new leader's cache has not shown: its next
+/// run waits for the write to show (here: for `--expectations-timeout`, as this cache never shows
+/// it), as a key this term dispatched would.
+#[tokio::test(start_paused = true)]
+async fn a_held_key_that_finished_with_an_unseen_write_runs_again_only_once_the_write_shows() {
+    let (mut f, keys) = failover_with_a_busy().await;
+    f.connect("a");
+    f.connect("b");
+    f.advance(Duration::from_secs(1)).await;
+    let key = &keys[0];
+    assert_eq!(f.assignments_of(key), ["a"]);
+    let write = proto::Write {
+        kind: Some(proto::ResourceKind {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        }),
+        key: "ns/child".into(),
+        resource_version: "7".into(),
+        op: proto::WriteOp::Create.into(),
+    };
+    f.finish_writing("a", key, proto::Outcome::Success, vec![write]);
+    f.advance(Duration::from_secs(10)).await;
+    assert_eq!(
+        f.assignments_of(key),
+        ["a"],
+        "{key} waits for the cache to show what its last run wrote"
+    );
+    f.advance(CoordinatorConfig::new("test", Vec::new()).expectations_timeout)
+        .await;
+    assert_eq!(
+        f.assignments_of(key).len(),
+        2,
+        "{key} runs once more once the hold ends"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn held_keys_of_a_worker_that_never_returns_run_elsewhere_once_its_lease_ended() {
     let (mut f, keys) = failover_with_a_busy().await;

@@ -349,6 +349,17 @@ impl Fleet {
     /// Worker `id` finishes the item of `key` with `outcome`; a welcomed worker reports it (and grants
     /// the credit back), one without a stream drops the report (its next Hello leaves the item out).
     pub(super) fn finish_with(&mut self, id: &str, key: &str, outcome: proto::Outcome) {
+        self.finish_writing(id, key, outcome, Vec::new());
+    }
+
+    /// Worker `id` finishes the item of `key` with `outcome`, reporting it wrote `writes`.
+    pub(super) fn finish_writing(
+        &mut self,
+        id: &str,
+        key: &str,
+        outcome: proto::Outcome,
+        writes: Vec<proto::Write>,
+    ) {
         let Some(w) = self.workers.get_mut(id) else {
             return;
         };
@@ -369,6 +380,7 @@ impl Fleet {
             term: item.0,
             outcome: outcome.into(),
             requeue_after_ms: 1000,
+            writes,
             ..Default::default()
         };
         let done = Done::try_from(done).expect("a valid Done");
