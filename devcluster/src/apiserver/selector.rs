@@ -296,29 +296,30 @@ impl LabelSelector {
     /// (ReplicationController / Service selectors).
     ///
     /// # Errors
-    /// An unknown operator or a malformed expression.
+    /// An unknown operator, a malformed expression, or a key or value a label could not have (as the
+    /// query form refuses them, so every selector this returns prints as a query that parses back).
     pub fn from_object(v: &Value) -> Result<Self, String> {
         let mut reqs = Vec::new();
         let Some(m) = v.as_object() else {
             return Ok(LabelSelector::default());
         };
+        let equals = |k: &String, val: &Value| {
+            let value = val.as_str().unwrap_or("");
+            check_key(k)?;
+            check_value(k, value)?;
+            Ok::<_, String>(Requirement::In(k.clone(), vec![value.to_owned()]))
+        };
         let is_label_selector =
             m.contains_key("matchLabels") || m.contains_key("matchExpressions") || m.is_empty();
         if !is_label_selector {
             for (k, val) in m {
-                reqs.push(Requirement::In(
-                    k.clone(),
-                    vec![val.as_str().unwrap_or("").to_string()],
-                ));
+                reqs.push(equals(k, val)?);
             }
             return Ok(LabelSelector { reqs });
         }
         if let Some(ml) = m.get("matchLabels").and_then(Value::as_object) {
             for (k, val) in ml {
-                reqs.push(Requirement::In(
-                    k.clone(),
-                    vec![val.as_str().unwrap_or("").to_string()],
-                ));
+                reqs.push(equals(k, val)?);
             }
         }
         for e in m
@@ -328,12 +329,16 @@ impl LabelSelector {
             .flatten()
         {
             let key = e["key"].as_str().unwrap_or("").to_string();
+            check_key(&key)?;
             let values: Vec<String> = e["values"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .filter_map(|x| x.as_str().map(String::from))
                 .collect();
+            for value in &values {
+                check_value(&key, value)?;
+            }
             reqs.push(match e["operator"].as_str().unwrap_or("") {
                 "In" => Requirement::In(key, values),
                 "NotIn" => Requirement::NotIn(key, values),
