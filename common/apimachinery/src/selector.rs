@@ -54,7 +54,7 @@ pub enum SelectorError {
         /// What was found instead.
         rest: String,
     },
-    /// `in ()` / `notin ()` or matchExpressions In/NotIn without values.
+    /// matchExpressions In/NotIn without values (the string form's `in ()` is `in ("")`).
     #[error("{operator} for key {key:?} needs at least one value")]
     EmptyValueSet {
         /// The key.
@@ -78,6 +78,14 @@ pub enum SelectorError {
         /// The operator found.
         operator: String,
     },
+    /// `k>n` / `k<n` where `n` is not an integer.
+    #[error("the value {value:?} of `>` / `<` for key {key:?} must be an integer")]
+    NotAnInteger {
+        /// The key.
+        key: String,
+        /// The value found.
+        value: String,
+    },
     /// The JSON is not a LabelSelector or a map of strings.
     #[error("malformed label selector json: {0}")]
     MalformedJson(String),
@@ -92,6 +100,10 @@ enum Operator {
     NotIn(BTreeSet<String>),
     Exists,
     DoesNotExist,
+    /// The label's value is an integer greater than this (`k>n`, string form only).
+    Gt(i64),
+    /// The label's value is an integer less than this (`k<n`, string form only).
+    Lt(i64),
 }
 
 /// One comma-separated part of a selector.
@@ -109,6 +121,13 @@ impl Requirement {
             Operator::NotIn(values) => value.is_none_or(|v| !values.contains(v)),
             Operator::Exists => value.is_some(),
             Operator::DoesNotExist => value.is_none(),
+            // A value that is not an integer matches neither, as in Kubernetes.
+            Operator::Gt(n) => value
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v > *n),
+            Operator::Lt(n) => value
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v < *n),
         }
     }
 }
@@ -131,6 +150,8 @@ impl fmt::Display for Requirement {
             Operator::NotIn(values) => write!(f, "{} notin ({})", self.key, list(values)),
             Operator::Exists => write!(f, "{}", self.key),
             Operator::DoesNotExist => write!(f, "!{}", self.key),
+            Operator::Gt(n) => write!(f, "{}>{n}", self.key),
+            Operator::Lt(n) => write!(f, "{}<{n}", self.key),
         }
     }
 }
@@ -167,12 +188,13 @@ impl LabelSelector {
     }
 
     /// Parses the string form: comma-separated requirements `k=v`, `k==v`, `k!=v`, `k in (v1,v2)`,
-    /// `k notin (v1)`, `k` (exists) and `!k` (does not exist). An empty or all-blank string selects
+    /// `k notin (v1)`, `k` (exists), `!k` (does not exist) and `k>n` / `k<n` (the label's value is
+    /// an integer above / below `n`). An empty or all-blank string selects
     /// everything.
     ///
     /// # Errors
     /// [`SelectorError`] naming the requirement that is malformed: empty parts, unbalanced
-    /// parentheses, invalid keys or values, unknown operators, empty value lists.
+    /// parentheses, invalid keys or values, unknown operators, `>` / `<` without an integer.
     pub fn parse(input: &str) -> Result<Self, SelectorError> {
         if input.trim().is_empty() {
             return Ok(Self::everything());
@@ -417,6 +439,10 @@ fn parse_requirement(input: &str, part: &str) -> Result<Requirement, SelectorErr
         Operator::NotIn(single(value)?)
     } else if let Some(value) = rest.strip_prefix("==").or_else(|| rest.strip_prefix('=')) {
         Operator::In(single(value)?)
+    } else if let Some(value) = rest.strip_prefix('>') {
+        Operator::Gt(integer(key, value)?)
+    } else if let Some(value) = rest.strip_prefix('<') {
+        Operator::Lt(integer(key, value)?)
     } else if let Some(list) = keyword(rest, "notin") {
         Operator::NotIn(parse_value_list(key, "notin", list)?)
     } else if let Some(list) = keyword(rest, "in") {
@@ -430,6 +456,16 @@ fn parse_requirement(input: &str, part: &str) -> Result<Requirement, SelectorErr
     Ok(Requirement {
         key: key.into(),
         op,
+    })
+}
+
+/// The integer operand of `>` / `<`: a valid label value that parses as an `i64`.
+fn integer(key: &str, value: &str) -> Result<i64, SelectorError> {
+    let value = value.trim();
+    validate_value(key, value)?;
+    value.parse().map_err(|_| SelectorError::NotAnInteger {
+        key: key.into(),
+        value: value.into(),
     })
 }
 
@@ -453,10 +489,8 @@ fn parse_value_list(
             rest: list.into(),
         })?;
     if inner.trim().is_empty() {
-        return Err(SelectorError::EmptyValueSet {
-            key: key.into(),
-            operator: operator.into(),
-        });
+        // `k in ()` is `k in ("")`, as Kubernetes parses it.
+        return Ok(BTreeSet::from([String::new()]));
     }
     inner
         .split(',')
@@ -688,9 +722,10 @@ mod tests {
             ("a=b,,c", "empty requirement"),
             ("a in (x", "unbalanced"),
             ("a in x)", "unbalanced"),
-            ("a in ()", "at least one value"),
             ("a in x", "parenthesised list"),
-            ("a > 3", "unexpected"),
+            ("a ~ 3", "unexpected"),
+            ("a > x", "must be an integer"),
+            ("a < -1", "invalid label value"),
             ("a=b c", "invalid label value"),
             ("-a=b", "invalid label key"),
             ("Foo.com/a=b", "invalid label key"),
@@ -708,17 +743,37 @@ mod tests {
     }
 
     #[test]
+    fn greater_than_and_less_than_compare_integer_values_as_kubernetes_does() {
+        let s = LabelSelector::parse("a>1, b < 10").unwrap();
+        assert!(s.matches(&labels(&[("a", "2"), ("b", "9")])));
+        assert!(!s.matches(&labels(&[("a", "1"), ("b", "9")])));
+        assert!(
+            !s.matches(&labels(&[("a", "x"), ("b", "9")])),
+            "not an integer"
+        );
+        assert!(
+            !s.matches(&labels(&[("b", "9")])),
+            "a missing label matches neither"
+        );
+        assert_eq!(s.to_string(), "a>1,b<10");
+        assert_eq!(LabelSelector::parse(&s.to_string()).unwrap(), s);
+    }
+
+    #[test]
     fn prefixed_keys_and_empty_values_parse() {
-        let s = LabelSelector::parse("app.kubernetes.io/name=web,empty=,x in (,y)").unwrap();
+        let s =
+            LabelSelector::parse("app.kubernetes.io/name=web,empty=,x in (,y),z in ()").unwrap();
         assert!(s.matches(&labels(&[
             ("app.kubernetes.io/name", "web"),
             ("empty", ""),
-            ("x", "")
+            ("x", ""),
+            ("z", "")
         ])));
         assert!(!s.matches(&labels(&[
             ("app.kubernetes.io/name", "web"),
             ("empty", "v"),
-            ("x", "")
+            ("x", ""),
+            ("z", "")
         ])));
     }
 
@@ -747,6 +802,8 @@ mod tests {
             set().prop_map(Operator::NotIn),
             Just(Operator::Exists),
             Just(Operator::DoesNotExist),
+            (0i64..1000).prop_map(Operator::Gt),
+            (0i64..1000).prop_map(Operator::Lt),
         ];
         (name(), op).prop_map(|(key, op)| Requirement { key, op })
     }

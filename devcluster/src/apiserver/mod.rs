@@ -107,6 +107,7 @@ mod quota;
 mod registry;
 mod render;
 mod selector;
+mod selector_syntax;
 mod server;
 mod services;
 mod state;
