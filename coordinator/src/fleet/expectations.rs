@@ -175,6 +175,12 @@ impl Expectations {
         self.holds.len()
     }
 
+    /// Every held (controller, key).
+    #[cfg(test)]
+    pub fn held(&self) -> impl Iterator<Item = &(String, String)> {
+        self.by_key.keys()
+    }
+
     fn release(&mut self, id: u64) -> Option<(String, String)> {
         let hold = self.holds.remove(&id)?;
         let pair = (hold.controller, hold.key);

@@ -117,6 +117,12 @@ impl ShardTable {
         self.parked[s as usize].len()
     }
 
+    /// The keys parked on shard `s`.
+    #[cfg(test)]
+    pub fn parked(&self, s: u32) -> impl Iterator<Item = &Parked> {
+        self.parked[s as usize].iter()
+    }
+
     /// Keys parked on any shard.
     pub fn parked_len(&self) -> usize {
         self.parked.iter().map(VecDeque::len).sum()

@@ -133,8 +133,14 @@ fn metadata_only(json: &[u8]) -> Option<Bytes> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::*;
-    use serde_json::json;
+    use bytes::Bytes;
+    use flotilla_common::ResourceKind;
+    use flotilla_proto as proto;
+    use prost::Message;
+    use serde_json::{Value, json};
+
+    use super::super::super::messages::Primary;
+    use super::{Fit, HARD_LIMIT, batches, fit};
 
     fn pods() -> ResourceKind {
         ResourceKind::new("", "v1", "Pod", "pods", true)

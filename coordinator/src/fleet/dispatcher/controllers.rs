@@ -2,22 +2,55 @@
 //! informers, the sync gate, informer events into keys, the owner graph's discovery, and retiring
 //! controllers no live worker runs.
 
-use super::etcd_work::EtcdWork;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_common::{Reason, ResourceKind, tracing_enabled};
+use flotilla_proto as proto;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::super::mapping::Routes;
+use super::super::messages::{ControllerSpec, Primary};
+use super::super::owner_graph::OwnerGraph;
+use super::super::shards::ShardState;
+use super::super::workers::WorkerState;
+use super::etcd_work::{EtcdWork, TermStart};
+use super::items::HoldEnded;
 use super::trace_spans::EventSpan;
-use super::*;
-use flotilla_common::tracing_enabled;
+use super::{ControllerCounters, ControllerState, Dispatcher, MAX_RETIRED_SHOWN};
+use crate::informer::{InformerEvent, Informers, deletable_resources};
+use crate::queue::WorkQueue;
+
+/// The controllers a term runs. Invariant: `routes` and `graph` route exactly the controllers in
+/// `states` (registering adds a controller to all three, retiring removes it from all three), so an
+/// informer event queues keys only of controllers that have a queue.
+#[derive(Default)]
+pub(super) struct Controllers {
+    /// By controller name: its spec, queue, sync gate and counters.
+    pub(super) states: HashMap<String, ControllerState>,
+    /// Which keys of which controllers an object's event queues (kinds, owners, indexes).
+    pub(super) routes: Routes,
+    /// The ownerReference graph routing owner-graph controllers, and the discoveries that feed it.
+    pub(super) graph: OwnerGraph,
+}
 
 impl Dispatcher {
     /// Every kind a controller of the term declared, plus the owner graph's discovered kinds while an
     /// owner-graph controller runs: what the informers must keep and the cache may serve.
     pub(super) fn declared_kinds(&self) -> HashSet<ResourceKind> {
         let mut kinds: HashSet<ResourceKind> = self
-            .controllers
+            .running
+            .states
             .values()
             .flat_map(|c| c.spec.kinds())
             .collect();
-        if self.graph.has_controllers() {
-            kinds.extend(self.graph.kinds().cloned());
+        if self.running.graph.has_controllers() {
+            kinds.extend(self.running.graph.kinds().cloned());
         }
         kinds
     }
@@ -26,7 +59,7 @@ impl Dispatcher {
     /// owners, and the stored controller specs.
     pub(super) fn start(&mut self, start: TermStart) {
         let now = Instant::now();
-        self.registry_revision = start.revision;
+        self.membership.registry_revision = start.revision;
         let mut leaseless = 0;
         for (id, lease, capacity) in start.workers {
             if lease == 0 {
@@ -36,7 +69,7 @@ impl Dispatcher {
                 continue;
             }
             let worker = WorkerState::registered(&id, lease, capacity, now);
-            self.workers.insert(id, worker);
+            self.membership.workers.insert(id, worker);
         }
         if leaseless > 0 {
             // One line for them all, however many there are.
@@ -46,22 +79,23 @@ impl Dispatcher {
             );
         }
         for (s, owner, lease, mod_revision) in start.shards {
-            if lease == 0 && s < self.shards.count() {
+            if lease == 0 && s < self.handover.shards.count() {
                 self.note_leaseless(s, mod_revision);
                 continue;
             }
             // A key on another lease than its owner's registration — an earlier incarnation's, or the
             // lease a fenced worker's shards are kept on — is not the owner's to dispatch to: the shard
             // counts as unowned, and a claim of it waits until that key is gone.
-            let current = self.workers.get(&owner).and_then(|w| w.lease_id) == Some(lease);
-            if s < self.shards.count() && current {
-                self.shards.set_state(s, ShardState::Owned(owner));
+            let current =
+                self.membership.workers.get(&owner).and_then(|w| w.lease_id) == Some(lease);
+            if s < self.handover.shards.count() && current {
+                self.handover.shards.set_state(s, ShardState::Owned(owner));
             }
         }
-        if !self.leaseless.is_empty() {
+        if !self.handover.leaseless.is_empty() {
             // One line for them all: a restore may have left every shard's key so.
             error!(
-                shards = self.leaseless.len(),
+                shards = self.handover.leaseless.len(),
                 "shard keys in etcd carry no lease (a restore or a hand edit?); claiming them over"
             );
         }
@@ -101,8 +135,8 @@ impl Dispatcher {
             Box::new(limiter),
             self.ctx.queue_metrics.for_queue(&spec.name),
         );
-        self.routes.add(&spec);
-        if spec.primary == Primary::OwnerGraph && self.graph.add_controller(&spec.name) {
+        self.running.routes.add(&spec);
+        if spec.primary == Primary::OwnerGraph && self.running.graph.add_controller(&spec.name) {
             let stop = self.term_tasks.child_token();
             self.discovery_stop = Some(stop.clone());
             tokio::spawn(discover(
@@ -117,7 +151,7 @@ impl Dispatcher {
         self.access_dirty = true;
         let name = spec.name.clone();
         let counters = ControllerCounters::new(&self.ctx.metrics, &name);
-        self.controllers.insert(
+        self.running.states.insert(
             name.clone(),
             ControllerState {
                 spec,
@@ -134,11 +168,14 @@ impl Dispatcher {
     /// Opens the sync gate of `controller` once every informer it needs has synced, enqueueing every
     /// primary object (the initial list, or the re-enqueue of a takeover).
     pub(super) fn check_synced(&mut self, controller: &str) {
-        let Some(state) = self.controllers.get_mut(controller) else {
+        let Some(state) = self.running.states.get_mut(controller) else {
             return;
         };
         let graph_synced = state.spec.primary != Primary::OwnerGraph
-            || self.graph.synced(&self.ctx.informers, Instant::now());
+            || self
+                .running
+                .graph
+                .synced(&self.ctx.informers, Instant::now());
         if state.synced
             || !graph_synced
             || !state
@@ -150,7 +187,11 @@ impl Dispatcher {
             return;
         }
         state.synced = true;
-        for key in primary_keys(&state.spec.primary, &self.graph, &self.ctx.informers) {
+        for key in primary_keys(
+            &state.spec.primary,
+            &self.running.graph,
+            &self.ctx.informers,
+        ) {
             state.queue.add_because(key, || Reason::InitialList);
         }
         info!(controller, "caches synced; dispatching");
@@ -158,8 +199,10 @@ impl Dispatcher {
 
     pub(super) fn on_informer_event(&mut self, ev: InformerEvent) {
         let mut keys = Vec::new();
-        self.routes.observe(&ev);
-        self.graph.keys_for(&ev, &self.ctx.informers, &mut keys);
+        self.running.routes.observe(&ev);
+        self.running
+            .graph
+            .keys_for(&ev, &self.ctx.informers, &mut keys);
         // The object whose event this is: the reason of every key it queues.
         let (source, event) = match &ev {
             InformerEvent::Applied { old, new } => (
@@ -172,29 +215,35 @@ impl Dispatcher {
         match ev {
             InformerEvent::Applied { old, new } => {
                 let released =
-                    self.expectations
+                    self.items
                         .observe(&new.kind, &new.key(), Some(new.resource_version));
                 self.release_holds(released);
-                self.routes.keys_for(&new, &self.ctx.informers, &mut keys);
+                self.running
+                    .routes
+                    .keys_for(&new, &self.ctx.informers, &mut keys);
                 if let Some(old) = old {
-                    self.routes.keys_for(&old, &self.ctx.informers, &mut keys);
+                    self.running
+                        .routes
+                        .keys_for(&old, &self.ctx.informers, &mut keys);
                 }
             }
             InformerEvent::Deleted { old, .. } => {
-                let released = self.expectations.observe(&old.kind, &old.key(), None);
+                let released = self.items.observe(&old.kind, &old.key(), None);
                 self.release_holds(released);
-                self.routes.keys_for(&old, &self.ctx.informers, &mut keys);
+                self.running
+                    .routes
+                    .keys_for(&old, &self.ctx.informers, &mut keys);
             }
             InformerEvent::Synced { kind } => {
-                let names: Vec<String> = self.controllers.keys().cloned().collect();
+                let names: Vec<String> = self.running.states.keys().cloned().collect();
                 for name in names {
                     self.check_synced(&name);
                 }
                 // A kind discovered after an owner-graph controller started: its objects join now.
-                if self.graph.covers(&kind) {
-                    let graph_keys = self.graph.initial_keys(&kind, &self.ctx.informers);
-                    for state in self.controllers.values_mut() {
-                        if state.synced && self.graph.routes(&state.spec.name) {
+                if self.running.graph.covers(&kind) {
+                    let graph_keys = self.running.graph.initial_keys(&kind, &self.ctx.informers);
+                    for state in self.running.states.values_mut() {
+                        if state.synced && self.running.graph.routes(&state.spec.name) {
                             for key in &graph_keys {
                                 state.queue.add_because(key.clone(), || Reason::InitialList);
                             }
@@ -209,14 +258,14 @@ impl Dispatcher {
         let traced = tracing_enabled()
             && keys
                 .iter()
-                .any(|(c, _)| self.controllers.get(c).is_some_and(|s| s.synced));
+                .any(|(c, _)| self.running.states.get(c).is_some_and(|s| s.synced));
         let event_span = if traced {
             EventSpan::start(&source, event)
         } else {
             None
         };
         for (controller, key) in keys {
-            if let Some(state) = self.controllers.get_mut(&controller) {
+            if let Some(state) = self.running.states.get_mut(&controller) {
                 // Before its caches synced, a controller's events are its initial list arriving.
                 let synced = state.synced;
                 let reason = || {
@@ -246,7 +295,7 @@ impl Dispatcher {
     /// A discovery finished: informers start for the kinds it found first, and owner-graph controllers
     /// may now be synced.
     pub(super) fn on_discovered(&mut self, kinds: Vec<ResourceKind>) {
-        let added = self.graph.discovered(kinds);
+        let added = self.running.graph.discovered(kinds);
         for kind in &added {
             // The graph reads metadata only; a controller that needs whole objects of the kind
             // upgrades its informer when it registers.
@@ -255,7 +304,7 @@ impl Dispatcher {
         if !added.is_empty() {
             info!(kinds = added.len(), "owner graph covers new kinds");
         }
-        let names: Vec<String> = self.controllers.keys().cloned().collect();
+        let names: Vec<String> = self.running.states.keys().cloned().collect();
         for name in names {
             self.check_synced(&name);
         }
@@ -269,25 +318,29 @@ impl Dispatcher {
         for (controller, key) in released {
             // A key held from an earlier term is not processing in this term's queue: it stops being
             // foreign instead, and its deferred run goes out.
-            if self
-                .foreign_keys
-                .contains(&(controller.clone(), key.clone()))
-            {
-                self.finish_foreign(&controller, &key);
-            } else if let Some(state) = self.controllers.get_mut(&controller) {
-                state.queue.done(&key);
+            match self.items.hold_ended(controller, key) {
+                HoldEnded::Foreign(None) => {}
+                HoldEnded::Foreign(Some((controller, key))) => {
+                    self.route(controller, key);
+                }
+                HoldEnded::OfThisTerm((controller, key)) => {
+                    if let Some(state) = self.running.states.get_mut(&controller) {
+                        state.queue.done(&key);
+                    }
+                }
             }
         }
         self.ctx
             .metrics
             .ryw_holds
-            .set(i64::try_from(self.expectations.len()).unwrap_or(i64::MAX));
+            .set(i64::try_from(self.items.holds_len()).unwrap_or(i64::MAX));
     }
 
     /// Retires every controller no live worker has run for `--controller-retire-after`: a controller a
     /// stray or departed worker declared must not keep its informers, queue and spec for good.
     pub(super) fn retire_controllers(&mut self, now: Instant) {
         let running: HashSet<&str> = self
+            .membership
             .workers
             .values()
             .filter(|w| w.lease_id.is_some() && w.handshaken)
@@ -295,7 +348,7 @@ impl Dispatcher {
             .collect();
         let retire_after = self.ctx.config.controller_retire_after;
         let mut due = Vec::new();
-        for (name, state) in &mut self.controllers {
+        for (name, state) in &mut self.running.states {
             if running.contains(name.as_str()) {
                 state.last_live = now;
             } else if now.saturating_duration_since(state.last_live) >= retire_after {
@@ -310,19 +363,19 @@ impl Dispatcher {
     /// Drops `name`'s queue and routes, stops the informers no other controller needs, and deletes its
     /// spec from etcd (beside the loop, fenced by the term). Items of it still out finish without effect.
     pub(super) fn retire(&mut self, name: &str, now: Instant) {
-        let Some(state) = self.controllers.remove(name) else {
+        let Some(state) = self.running.states.remove(name) else {
             return;
         };
         warn!(controller = name, after = ?self.ctx.config.controller_retire_after, keys = state.queue.len(),
             "retiring a controller no live worker runs: dropping its queue and spec");
-        self.routes.remove(name);
+        self.running.routes.remove(name);
         self.ctx.informers.declare_indexes(name, &[]);
-        for w in self.workers.values_mut() {
+        for w in self.membership.workers.values_mut() {
             w.backlog.remove(name);
         }
         let mut stopping: Vec<ResourceKind> = state.spec.kinds();
         if state.spec.primary == Primary::OwnerGraph
-            && let Some(covered) = self.graph.remove_controller(name)
+            && let Some(covered) = self.running.graph.remove_controller(name)
         {
             if let Some(stop) = self.discovery_stop.take() {
                 stop.cancel();

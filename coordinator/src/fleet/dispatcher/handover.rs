@@ -1,7 +1,46 @@
 //! Shards: assignment over live workers, claims of free shards and handover without overlap.
 
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use flotilla_proto as proto;
+use tokio::time::Instant;
+
+use super::super::claim_retry::ClaimRetry;
+use super::super::shards::{Parked, ShardState, ShardTable};
 use super::etcd_work::{EtcdWork, ShardWrite, WriteOutcome};
-use super::*;
+use super::{Dispatcher, MAX_WEIGHT_RATIO};
+use crate::shard::{WorkerWeight, assign};
+
+/// Shard ownership as this term knows it, and what changes it. Invariants: a shard changes owner only
+/// once its old owner holds no item of it (its out count is zero and the owner said Hello to this term)
+/// or its lease is gone; a shard in `committing` is never dispatchable (not `Owned`) and neither
+/// rebalancing nor worker loss touches it until etcd's answer is back.
+pub(super) struct Handover {
+    pub(super) shards: ShardTable,
+    /// Moves that may be able to finish (checked at the end of the turn).
+    pub(super) pending_moves: BTreeSet<u32>,
+    /// When shards whose claims etcd refused may be claimed again.
+    pub(super) claim_retry: ClaimRetry,
+    /// Shards whose etcd key carries no lease, with the key's mod revision: claimed over (see
+    /// `ShardWrite::replace`).
+    pub(super) leaseless: HashMap<u32, i64>,
+    /// Shards whose ownership write is with etcd: undispatchable, and left alone by rebalancing and
+    /// worker loss until the result is back.
+    pub(super) committing: BTreeSet<u32>,
+}
+
+impl Handover {
+    /// `count` shards, all unowned, nothing moving.
+    pub(super) fn new(count: u32) -> Self {
+        Self {
+            shards: ShardTable::new(count),
+            pending_moves: BTreeSet::new(),
+            claim_retry: ClaimRetry::default(),
+            leaseless: HashMap::new(),
+            committing: BTreeSet::new(),
+        }
+    }
+}
 
 impl Dispatcher {
     /// Computes the desired owners and starts what moves them there: claims of free shards go to etcd,
@@ -9,7 +48,8 @@ impl Dispatcher {
     pub(super) fn rebalance(&mut self) {
         self.needs_rebalance = false;
         let live = fair_weights(
-            self.workers
+            self.membership
+                .workers
                 .values()
                 .filter(|w| w.is_dispatchable())
                 .map(|w| WorkerWeight {
@@ -22,39 +62,41 @@ impl Dispatcher {
             return;
         }
         let live_ids: HashSet<&str> = self
+            .membership
             .workers
             .values()
             .filter(|w| w.is_dispatchable())
             .map(|w| w.id.as_str())
             .collect();
-        let current: Vec<_> = (0..self.shards.count())
+        let current: Vec<_> = (0..self.handover.shards.count())
             .map(|s| {
-                self.shards
+                self.handover
+                    .shards
                     .intended_owner(s)
                     .filter(|o| live_ids.contains(o))
                     .map(|o| o.to_owned().into())
             })
             .collect();
-        let desired = assign(self.shards.count(), &live, &current);
+        let desired = assign(self.handover.shards.count(), &live, &current);
         let now = Instant::now();
         let mut claims = Vec::new();
         let mut revokes: HashMap<String, Vec<u32>> = HashMap::new();
         for (s, target) in desired.into_iter().enumerate() {
             let s = u32::try_from(s).unwrap_or(u32::MAX);
-            if self.committing.contains(&s) {
+            if self.handover.committing.contains(&s) {
                 // Its write is in flight; the next rebalance sees how it ended.
                 continue;
             }
             let target = target.to_string();
-            match self.shards.state(s).clone() {
-                ShardState::Unowned if self.claim_retry.may_claim(s, now) => {
+            match self.handover.shards.state(s).clone() {
+                ShardState::Unowned if self.handover.claim_retry.may_claim(s, now) => {
                     claims.push((s, target));
                 }
                 // Refused a moment ago: claimed again once its wait is over (`periodic`).
                 ShardState::Unowned => self.needs_rebalance = true,
                 ShardState::Owned(owner) if owner == target => {}
                 ShardState::Owned(owner) => {
-                    self.shards.set_state(
+                    self.handover.shards.set_state(
                         s,
                         ShardState::Moving {
                             from: owner.clone(),
@@ -63,23 +105,24 @@ impl Dispatcher {
                     );
                     self.take_backlog_of_shard(&owner, s);
                     revokes.entry(owner).or_default().push(s);
-                    self.pending_moves.insert(s);
+                    self.handover.pending_moves.insert(s);
                 }
                 ShardState::Moving { from, .. } if from == target => {
-                    self.shards.set_state(s, ShardState::Owned(from));
+                    self.handover.shards.set_state(s, ShardState::Owned(from));
                     self.unpark(s);
                 }
                 ShardState::Moving { from, to } if to != target => {
-                    self.shards
+                    self.handover
+                        .shards
                         .set_state(s, ShardState::Moving { from, to: target });
                     // It may have been waiting only for its old target's lease.
-                    self.pending_moves.insert(s);
+                    self.handover.pending_moves.insert(s);
                 }
                 ShardState::Moving { .. } => {}
             }
         }
         for (worker, shards) in revokes {
-            if let Some(w) = self.workers.get(&worker) {
+            if let Some(w) = self.membership.workers.get(&worker) {
                 w.send(proto::coordinator_message::Msg::Revoke(proto::Revoke {
                     shards,
                 }));
@@ -94,13 +137,13 @@ impl Dispatcher {
         let writes: Vec<ShardWrite> = claims
             .into_iter()
             .filter_map(|(shard, to)| {
-                let lease = self.workers.get(&to).and_then(|w| w.lease_id)?;
+                let lease = self.membership.workers.get(&to).and_then(|w| w.lease_id)?;
                 Some(ShardWrite {
                     shard,
                     from: None,
                     to,
                     lease,
-                    replace: self.leaseless.get(&shard).copied(),
+                    replace: self.handover.leaseless.get(&shard).copied(),
                 })
             })
             .collect();
@@ -109,21 +152,21 @@ impl Dispatcher {
 
     /// Hands off the moves whose old owner holds nothing of the shard any more.
     pub(super) fn complete_moves(&mut self) {
-        let candidates: Vec<u32> = std::mem::take(&mut self.pending_moves)
+        let candidates: Vec<u32> = std::mem::take(&mut self.handover.pending_moves)
             .into_iter()
             .collect();
         let mut writes = Vec::new();
         for s in candidates {
-            if self.committing.contains(&s) {
+            if self.handover.committing.contains(&s) {
                 continue;
             }
-            let ShardState::Moving { from, to } = self.shards.state(s).clone() else {
+            let ShardState::Moving { from, to } = self.handover.shards.state(s).clone() else {
                 continue;
             };
-            if self.shards.in_flight(s) > 0 {
+            if self.handover.shards.in_flight(s) > 0 {
                 continue;
             }
-            let from = match self.workers.get(&from) {
+            let from = match self.membership.workers.get(&from) {
                 // An old owner that has not said Hello to this leader may hold items of an earlier
                 // term that nobody here knows of: wait for its Hello (which hands the move back here)
                 // or its lease's end.
@@ -134,12 +177,12 @@ impl Dispatcher {
                 // its lease, or on the fence lease that outlives the worker's items.
                 None => None,
             };
-            let Some(lease) = self.workers.get(&to).and_then(|w| w.lease_id) else {
+            let Some(lease) = self.membership.workers.get(&to).and_then(|w| w.lease_id) else {
                 self.needs_rebalance = true;
                 continue;
             };
             let replace = if from.is_none() {
-                self.leaseless.get(&s).copied()
+                self.handover.leaseless.get(&s).copied()
             } else {
                 None
             };
@@ -158,7 +201,9 @@ impl Dispatcher {
         if writes.is_empty() {
             return;
         }
-        self.committing.extend(writes.iter().map(|w| w.shard));
+        self.handover
+            .committing
+            .extend(writes.iter().map(|w| w.shard));
         self.etcd_work.push(EtcdWork::Shards(writes));
     }
 
@@ -170,15 +215,20 @@ impl Dispatcher {
     /// key lives exactly as long as `w` may run items of the shard, whichever leader reads it later.
     pub(super) fn on_shard_written(&mut self, w: ShardWrite, outcome: WriteOutcome) {
         let s = w.shard;
-        self.committing.remove(&s);
-        let live = |d: &Self, id: &str| d.workers.get(id).is_some_and(|w| w.lease_id.is_some());
+        self.handover.committing.remove(&s);
+        let live = |d: &Self, id: &str| {
+            d.membership
+                .workers
+                .get(id)
+                .is_some_and(|w| w.lease_id.is_some())
+        };
         let on_current_lease = |d: &Self, id: &str, lease: i64| {
-            d.workers.get(id).and_then(|w| w.lease_id) == Some(lease)
+            d.membership.workers.get(id).and_then(|w| w.lease_id) == Some(lease)
         };
         match outcome {
             WriteOutcome::Written => {
-                self.claim_retry.written(s);
-                self.leaseless.remove(&s);
+                self.handover.claim_retry.written(s);
+                self.handover.leaseless.remove(&s);
                 if w.from.is_some() {
                     self.ctx.metrics.shard_moves.inc();
                 }
@@ -187,7 +237,7 @@ impl Dispatcher {
                 } else {
                     // Written on a lease that has ended (the key goes with it) or that its worker
                     // left for a new one (a claim waits until the key is gone).
-                    self.shards.set_state(s, ShardState::Unowned);
+                    self.handover.shards.set_state(s, ShardState::Unowned);
                     self.needs_rebalance = true;
                 }
             }
@@ -200,39 +250,39 @@ impl Dispatcher {
                 let now = Instant::now();
                 match current {
                     Some(h) if on_current_lease(self, &h.owner, h.lease) => {
-                        self.claim_retry.written(s);
+                        self.handover.claim_retry.written(s);
                         self.owned(s, h.owner);
                     }
                     Some(h) if h.lease == 0 => {
                         self.note_leaseless(s, h.mod_revision);
-                        self.shards.set_state(s, ShardState::Unowned);
+                        self.handover.shards.set_state(s, ShardState::Unowned);
                     }
                     Some(h) => {
-                        self.claim_retry.refused(s, now, h.ttl);
-                        self.shards.set_state(s, ShardState::Unowned);
+                        self.handover.claim_retry.refused(s, now, h.ttl);
+                        self.handover.shards.set_state(s, ShardState::Unowned);
                     }
                     None => {
-                        self.claim_retry.refused(s, now, None);
-                        self.shards.set_state(s, ShardState::Unowned);
+                        self.handover.claim_retry.refused(s, now, None);
+                        self.handover.shards.set_state(s, ShardState::Unowned);
                     }
                 }
                 self.needs_rebalance = true;
             }
             WriteOutcome::Failed => match w.from {
                 None => {
-                    self.shards.set_state(s, ShardState::Unowned);
+                    self.handover.shards.set_state(s, ShardState::Unowned);
                     self.needs_rebalance = true;
                 }
                 Some(from) => {
                     if !live(self, &from) {
-                        self.shards.set_state(s, ShardState::Unowned);
+                        self.handover.shards.set_state(s, ShardState::Unowned);
                         self.needs_rebalance = true;
                     } else if !live(self, &w.to) {
                         self.owned(s, from);
                         self.needs_rebalance = true;
                     } else {
                         // Still Moving: try again on the next pass.
-                        self.pending_moves.insert(s);
+                        self.handover.pending_moves.insert(s);
                     }
                 }
             },
@@ -242,30 +292,30 @@ impl Dispatcher {
     /// Shard `s`'s etcd key carries no lease: no write of the fleet's makes one (a bad restore or a hand
     /// edit did), and it would never expire, so the next claim of the shard replaces it.
     pub(super) fn note_leaseless(&mut self, s: u32, mod_revision: i64) {
-        if self.leaseless.insert(s, mod_revision).is_none() {
+        if self.handover.leaseless.insert(s, mod_revision).is_none() {
             self.ctx.metrics.bad("leaseless_shard_key");
         }
     }
 
     pub(super) fn owned(&mut self, s: u32, owner: String) {
-        self.shards.set_state(s, ShardState::Owned(owner));
+        self.handover.shards.set_state(s, ShardState::Owned(owner));
         self.unpark(s);
     }
 
     pub(super) fn unpark(&mut self, s: u32) {
-        for parked in self.shards.unpark(s) {
+        for parked in self.handover.shards.unpark(s) {
             self.route(parked.controller, parked.key);
         }
     }
 
     pub(super) fn take_backlog_of_shard(&mut self, worker: &str, s: u32) {
-        let Some(w) = self.workers.get_mut(worker) else {
+        let Some(w) = self.membership.workers.get_mut(worker) else {
             return;
         };
         for (controller, backlog) in &mut w.backlog {
             backlog.retain(|(key, shard)| {
                 if *shard == s {
-                    self.shards.park(
+                    self.handover.shards.park(
                         s,
                         Parked {
                             controller: controller.clone(),
@@ -298,7 +348,7 @@ pub(super) fn fair_weights(mut workers: Vec<WorkerWeight>) -> Vec<WorkerWeight> 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{MAX_WEIGHT_RATIO, WorkerWeight, fair_weights};
     use proptest::prelude::*;
 
     fn weights(ws: &[u32]) -> Vec<WorkerWeight> {

@@ -1,8 +1,21 @@
 //! Which workers the term knows: Hello and registration checks, the etcd worker registry, workers that
 //! went silent (fenced by revoking their lease) and workers whose lease ended (their items run again).
 
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+use flotilla_common::Verdict;
+use flotilla_proto as proto;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use super::super::messages::{Hello, HelloRefused};
+use super::super::shards::ShardState;
+use super::super::workers::{Connection, Outbound, WorkerState};
 use super::etcd_work::{EtcdWork, MAX_LEASE_TTL, RegistrationRead};
-use super::*;
+use super::{Dispatcher, HelloReply};
+use crate::metrics::ReasonLabel;
+use crate::shard::shard_of;
 
 /// A worker registration as stored in etcd (`workers/<id>`), written by the worker.
 #[derive(Debug, serde::Deserialize)]
@@ -38,6 +51,19 @@ pub(super) enum RegistryEvent {
     },
 }
 
+/// The workers the term knows. Invariant: a worker is here from its registration (read at the start of
+/// the term or from the registry watch) until its lease is gone and, if it was fenced, its fence has
+/// passed ([`Dispatcher::free_worker`]); it keeps its items until then, whatever its stream does.
+#[derive(Default)]
+pub(super) struct Membership {
+    /// By worker id.
+    pub(super) workers: HashMap<String, WorkerState>,
+    /// Hellos waiting for their worker's registration to be read, by stream.
+    pub(super) pending_hellos: HashMap<u64, PendingHello>,
+    /// The newest etcd revision the registry watch (or the term's start) has told of.
+    pub(super) registry_revision: i64,
+}
+
 /// A Hello waiting for its worker's registration to be read from etcd.
 pub(super) struct PendingHello {
     pub(super) hello: Hello,
@@ -66,13 +92,15 @@ impl Dispatcher {
         }
         // Identity: the worker must be registered in etcd on the lease it names. (mTLS adds the
         // certificate check in front of this.)
-        let registered = self.workers.get(&id).and_then(|w| w.lease_id) == Some(hello.lease_id);
+        let registered =
+            self.membership.workers.get(&id).and_then(|w| w.lease_id) == Some(hello.lease_id);
         if registered {
             let welcome = self.welcome(hello, conn_id, tx);
             let _ = reply.send(welcome);
             return;
         }
-        self.pending_hellos
+        self.membership
+            .pending_hellos
             .insert(conn_id, PendingHello { hello, tx, reply });
         self.etcd_work.push(EtcdWork::CheckRegistration {
             conn_id,
@@ -89,7 +117,9 @@ impl Dispatcher {
         conn_id: u64,
         read: Result<RegistrationRead, String>,
     ) {
-        let Some(PendingHello { hello, tx, reply }) = self.pending_hellos.remove(&conn_id) else {
+        let Some(PendingHello { hello, tx, reply }) =
+            self.membership.pending_hellos.remove(&conn_id)
+        else {
             return;
         };
         if reply.is_closed() {
@@ -103,8 +133,8 @@ impl Dispatcher {
                 let _ = reply.send(Err(HelloRefused::RegistryUnavailable));
                 return;
             }
-            Ok(read) if read.revision <= self.registry_revision => {
-                self.workers.get(&id).and_then(|w| w.lease_id) == Some(hello.lease_id)
+            Ok(read) if read.revision <= self.membership.registry_revision => {
+                self.membership.workers.get(&id).and_then(|w| w.lease_id) == Some(hello.lease_id)
             }
             Ok(RegistrationRead {
                 found: Some((lease_id, capacity)),
@@ -147,7 +177,8 @@ impl Dispatcher {
         let mut accepted = Vec::new();
         for (spec, concurrency) in hello.controllers {
             let known = self
-                .controllers
+                .running
+                .states
                 .get(&spec.name)
                 .map(|existing| existing.spec == spec);
             match known {
@@ -178,6 +209,7 @@ impl Dispatcher {
         // Reconcile what the worker says it holds with what this leader thinks it holds.
         let held: HashSet<(u64, u64)> = hello.held.iter().map(|h| (h.term, h.item_id)).collect();
         let ours: Vec<(u64, u64)> = self
+            .membership
             .workers
             .get(&id)
             .map(|w| w.items.iter().copied().collect())
@@ -195,28 +227,21 @@ impl Dispatcher {
                 self.reclaim(item_id);
             }
         }
-        let Some(w) = self.workers.get_mut(&id) else {
+        let Some(w) = self.membership.workers.get_mut(&id) else {
             return Err(HelloRefused::LostRegistration { worker: id });
         };
         for h in &hello.held {
-            if h.term >= self.term || self.items.contains_key(&(h.term, h.item_id)) {
+            if h.term >= self.term || self.items.contains((h.term, h.item_id)) {
                 continue;
             }
-            let shard = shard_of(&h.controller, &h.key, self.shards.count());
-            self.shards.item_out(shard);
-            *w.in_flight.entry(h.controller.clone()).or_default() += 1;
-            w.items.insert((h.term, h.item_id));
-            self.foreign_keys
-                .insert((h.controller.clone(), h.key.clone()));
-            self.items.insert(
+            let shard = shard_of(&h.controller, &h.key, self.handover.shards.count());
+            self.items.adopt(
                 (h.term, h.item_id),
-                Item {
-                    controller: h.controller.clone(),
-                    key: h.key.clone(),
-                    worker: id.clone(),
-                    shard,
-                    foreign: true,
-                },
+                w,
+                &mut self.handover.shards,
+                &h.controller,
+                &h.key,
+                shard,
             );
         }
         w.concurrency = accepted.into_iter().collect();
@@ -232,12 +257,12 @@ impl Dispatcher {
         w.conn = Some(Connection { id: conn_id, tx });
         w.handshaken = true;
         w.disconnected_since = None;
-        let shards = self.shards.owned_by(&id);
+        let shards = self.handover.shards.owned_by(&id);
         // Moves away from it waited for this Hello (it might have held items nobody here knew of):
         // what it holds is known now, so they can finish once those are done.
         for &s in &shards {
-            if matches!(self.shards.state(s), ShardState::Moving { .. }) {
-                self.pending_moves.insert(s);
+            if matches!(self.handover.shards.state(s), ShardState::Moving { .. }) {
+                self.handover.pending_moves.insert(s);
             }
         }
         self.needs_rebalance = true;
@@ -255,8 +280,12 @@ impl Dispatcher {
     /// controller's keys back while it owns their shards. Says so for every such worker (worker pools
     /// with different controllers belong in separate fleets).
     pub(super) fn warn_on_mixed_controllers(&self) {
-        let connected: Vec<&WorkerState> =
-            self.workers.values().filter(|w| w.conn.is_some()).collect();
+        let connected: Vec<&WorkerState> = self
+            .membership
+            .workers
+            .values()
+            .filter(|w| w.conn.is_some())
+            .collect();
         let all: BTreeSet<&String> = connected
             .iter()
             .flat_map(|w| w.concurrency.keys())
@@ -290,6 +319,7 @@ impl Dispatcher {
     pub(super) fn fence_silent_workers(&mut self, now: Instant) {
         let grace = self.ctx.config.worker_reconnect_grace;
         let silent: Vec<(String, i64)> = self
+            .membership
             .workers
             .values()
             .filter(|w| {
@@ -309,11 +339,11 @@ impl Dispatcher {
             ) {
                 warn!(%worker, suppressed, "worker silent beyond the reconnect grace; revoking its lease");
             }
-            if let Some(w) = self.workers.get_mut(&worker) {
+            if let Some(w) = self.membership.workers.get_mut(&worker) {
                 w.fenced_until = Some(now.checked_add(MAX_LEASE_TTL).unwrap_or(now));
                 self.access_dirty = true;
             }
-            let shards = self.shards.owned_by(&worker);
+            let shards = self.handover.shards.owned_by(&worker);
             self.etcd_work.push(EtcdWork::Fence {
                 worker,
                 lease,
@@ -325,7 +355,7 @@ impl Dispatcher {
     /// A silent worker's lease is revoked (or could not be): its items are free `ttl` from now.
     pub(super) fn on_fenced(&mut self, worker: &str, ttl: Duration) {
         let now = Instant::now();
-        if let Some(w) = self.workers.get_mut(worker)
+        if let Some(w) = self.membership.workers.get_mut(worker)
             && let Some(until) = &mut w.fenced_until
         {
             *until = (*until).min(now.checked_add(ttl).unwrap_or(now));
@@ -334,9 +364,9 @@ impl Dispatcher {
 
     /// An event of the registry watch, at etcd revision `revision`.
     pub(super) fn on_registry(&mut self, revision: i64, ev: RegistryEvent) {
-        self.registry_revision = self.registry_revision.max(revision);
+        self.membership.registry_revision = self.membership.registry_revision.max(revision);
         // A worker registering (again) may make a held shard key current: claim at once.
-        self.claim_retry.clear();
+        self.handover.claim_retry.clear();
         self.apply_registration(ev);
     }
 
@@ -358,20 +388,20 @@ impl Dispatcher {
                 capacity,
             } => {
                 let now = Instant::now();
-                match self.workers.get_mut(&id) {
+                match self.membership.workers.get_mut(&id) {
                     Some(w) if w.lease_id == Some(lease_id) => {
                         w.capacity = w.capacity.max(capacity)
                     }
                     Some(_) => {
                         // Same id on a new lease: the old incarnation is gone (its lease ended).
                         self.free_worker(&id, "lease_expired");
-                        self.workers.insert(
+                        self.membership.workers.insert(
                             id.clone(),
                             WorkerState::registered(&id, lease_id, capacity, now),
                         );
                     }
                     None => {
-                        self.workers.insert(
+                        self.membership.workers.insert(
                             id.clone(),
                             WorkerState::registered(&id, lease_id, capacity, now),
                         );
@@ -379,7 +409,7 @@ impl Dispatcher {
                 }
             }
             RegistryEvent::Down { id } => {
-                if let Some(w) = self.workers.get_mut(&id) {
+                if let Some(w) = self.membership.workers.get_mut(&id) {
                     info!(worker = %id, "worker lease ended");
                     w.lease_id = None;
                     w.conn = None;
@@ -392,7 +422,7 @@ impl Dispatcher {
 
     /// Forgets a worker whose lease is gone: its items run again elsewhere, its shards are free.
     pub(super) fn free_worker(&mut self, id: &str, reason: &str) {
-        let Some(mut w) = self.workers.remove(id) else {
+        let Some(mut w) = self.membership.workers.remove(id) else {
             return;
         };
         let items: Vec<(u64, u64)> = w.items.drain().collect();
@@ -413,20 +443,22 @@ impl Dispatcher {
         for item_id in items {
             self.reclaim(item_id);
         }
-        for s in 0..self.shards.count() {
-            if self.committing.contains(&s) {
+        for s in 0..self.handover.shards.count() {
+            if self.handover.committing.contains(&s) {
                 // Its write is in flight; settling the result accounts for the worker's end.
                 continue;
             }
-            match self.shards.state(s).clone() {
+            match self.handover.shards.state(s).clone() {
                 // Its ownership keys died with its lease (or, fenced, live on until it has certainly
                 // stopped: a claim waits for them).
-                ShardState::Owned(o) if o == id => self.shards.set_state(s, ShardState::Unowned),
+                ShardState::Owned(o) if o == id => {
+                    self.handover.shards.set_state(s, ShardState::Unowned)
+                }
                 ShardState::Moving { from, .. } if from == id => {
-                    self.shards.set_state(s, ShardState::Unowned)
+                    self.handover.shards.set_state(s, ShardState::Unowned)
                 }
                 ShardState::Moving { from, to } if to == id => {
-                    self.shards.set_state(s, ShardState::Owned(from));
+                    self.handover.shards.set_state(s, ShardState::Owned(from));
                     self.unpark(s);
                 }
                 _ => {}
@@ -444,7 +476,7 @@ impl Dispatcher {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{MAX_REGISTERED_CAPACITY, Registration};
     use proptest::prelude::*;
 
     proptest! {

@@ -9,46 +9,50 @@
 //! - a worker that stops talking keeps its items until it reports them in a new Hello or its lease expires
 //!   (the worker fences itself before that), so a broken stream never frees a key early.
 //!
+//! Its state is a few owned parts, each stating the invariant it keeps: [`Items`] (`items.rs`: every
+//! item counted at its worker and its shard together, foreign and deferred keys, read-your-writes
+//! holds), [`Membership`] (`membership.rs`: the workers and pending Hellos), [`Handover`] (`handover.rs`:
+//! the shard table and the moves, claims and commits changing it) and [`Controllers`]
+//! (`controllers.rs`: queues, routes, the owner graph). The invariants that span them are asserted
+//! together, in one place, by `Dispatcher::check` (`check.rs`, tests only), after every step of the
+//! unit tests.
+//!
 //! The [`Dispatcher`] itself never awaits: it decides, sends to worker streams (which never block), and
 //! queues what it wants of etcd as [`EtcdWork`]; the term's loop (`run`) runs that work beside it and
 //! feeds results back as events. So a slow etcd stops only what waits for it, and the unit tests
 //! (`tests`) drive the dispatcher on paused time, playing etcd and the workers themselves.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::Client;
-use flotilla_common::Verdict;
-use flotilla_common::{Elected, Election, ElectionError, LeaderInfo, Reason, ResourceKind};
+use flotilla_common::{
+    Elected, Election, ElectionError, LeaderInfo, Reason, ResourceKind, Verdict,
+};
 use flotilla_proto as proto;
-use prost::Message;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{info, warn};
 
 use super::access::CacheAccess;
-use super::claim_retry::ClaimRetry;
-use super::expectations::{Expectations, Expected};
-use super::mapping::Routes;
-use super::messages::{ControllerSpec, Credit, Done, Hello, HelloRefused, Outcome, Primary};
-use super::owner_graph::OwnerGraph;
+use super::messages::{ControllerSpec, Credit, Done, Hello, HelloRefused, Primary};
 use super::progress::{DispatchProgress, StallClock};
-use super::shards::{Parked, ShardState, ShardTable};
-use super::workers::{Connection, Outbound, WorkerState};
+use super::workers::Outbound;
 use crate::config::CoordinatorConfig;
-use crate::informer::{InformerEvent, Informers, deletable_resources};
-use prometheus_client::metrics::counter::Counter;
-
-use crate::metrics::{ControllerLabel, FleetMetrics, OutcomeLabel, ReasonLabel};
+use crate::informer::Informers;
+use crate::metrics::{ControllerLabel, FleetMetrics, OutcomeLabel};
 use crate::queue::{QueueMetricsFamilies, WorkQueue};
-use crate::shard::{WorkerWeight, assign, shard_of};
 
 mod assign_budget;
+#[cfg(test)]
+mod check;
 mod controllers;
 mod etcd_work;
 mod handover;
+mod items;
 mod membership;
 mod routing;
 mod run;
@@ -58,9 +62,12 @@ mod tests;
 mod trace_spans;
 mod worker_gauges;
 
+use controllers::Controllers;
 pub use controllers::DISCOVERY_PERIOD;
-use etcd_work::{EtcdDone, EtcdWork, TermStart};
-use membership::PendingHello;
+use etcd_work::{EtcdDone, EtcdWork};
+use handover::Handover;
+use items::Items;
+use membership::Membership;
 pub use run::spawn;
 
 /// Where the answer to a Hello goes: the Welcome, or why the worker is refused.
@@ -232,16 +239,6 @@ impl ControllerCounters {
     }
 }
 
-#[derive(Debug)]
-struct Item {
-    controller: String,
-    key: String,
-    worker: String,
-    shard: u32,
-    /// Reported held from an earlier term: not in this term's queue as processing.
-    foreign: bool,
-}
-
 /// How long a new leader waits for the workers it finds registered to say Hello before it rebalances.
 const SETTLE: Duration = Duration::from_secs(2);
 
@@ -249,38 +246,21 @@ const SETTLE: Duration = Duration::from_secs(2);
 struct Dispatcher {
     ctx: TermEnv,
     term: u64,
-    controllers: HashMap<String, ControllerState>,
-    routes: Routes,
-    /// The ownerReference graph routing owner-graph controllers, and the discoveries that feed it.
-    graph: OwnerGraph,
+    /// The controllers of the term: their queues, routes and the owner graph.
+    running: Controllers,
     discovered_tx: mpsc::Sender<Vec<ResourceKind>>,
     /// Cancelled when the term ends: stops the tasks the term spawned on demand.
     term_tasks: CancellationToken,
-    workers: HashMap<String, WorkerState>,
-    shards: ShardTable,
-    items: HashMap<(u64, u64), Item>,
-    next_item: u64,
-    /// Keys held by a worker from an earlier term, and keys of this term waiting for them to finish.
-    foreign_keys: HashSet<(String, String)>,
-    deferred: HashSet<(String, String)>,
-    expectations: Expectations,
+    /// The workers the term knows, and Hellos waiting for their registration.
+    membership: Membership,
+    /// Shard ownership and the moves, claims and commits changing it.
+    handover: Handover,
+    /// Items out at workers, foreign and deferred keys, read-your-writes holds.
+    items: Items,
     outbox: HashMap<String, Vec<proto::Assign>>,
-    pending_moves: BTreeSet<u32>,
-    /// When shards whose claims etcd refused may be claimed again.
-    claim_retry: ClaimRetry,
-    /// Shards whose etcd key carries no lease, with the key's mod revision: claimed over (see
-    /// `ShardWrite::replace`).
-    leaseless: HashMap<u32, i64>,
-    /// Shards whose ownership write is with etcd: undispatchable, and left alone by rebalancing and
-    /// worker loss until the result is back.
-    committing: BTreeSet<u32>,
     /// etcd work decided and not yet handed to the loop ([`Dispatcher::take_etcd_work`]); results come
     /// back through [`Dispatcher::on_etcd_done`].
     etcd_work: Vec<EtcdWork>,
-    /// Hellos waiting for their worker's registration to be read, by stream.
-    pending_hellos: HashMap<u64, PendingHello>,
-    /// The newest etcd revision the registry watch (or the term's start) has told of.
-    registry_revision: i64,
     needs_rebalance: bool,
     settle_until: Instant,
     /// Whether workers or controllers changed since the cache access view was last published.
@@ -298,29 +278,17 @@ impl Dispatcher {
     /// A dispatcher with nothing known yet; [`Dispatcher::start`] gives it what etcd holds. Owner-graph
     /// discoveries it starts report on `discovered_tx`.
     pub(super) fn new(ctx: TermEnv, discovered_tx: mpsc::Sender<Vec<ResourceKind>>) -> Self {
-        let shards = ShardTable::new(ctx.config.shards);
+        let handover = Handover::new(ctx.config.shards);
         Self {
             term: ctx.term,
-            controllers: HashMap::new(),
-            routes: Routes::default(),
-            graph: OwnerGraph::default(),
+            running: Controllers::default(),
             discovered_tx,
             term_tasks: CancellationToken::new(),
-            workers: HashMap::new(),
-            shards,
-            items: HashMap::new(),
-            next_item: 1,
-            foreign_keys: HashSet::new(),
-            deferred: HashSet::new(),
-            expectations: Expectations::default(),
+            membership: Membership::default(),
+            handover,
+            items: Items::default(),
             outbox: HashMap::new(),
-            pending_moves: BTreeSet::new(),
-            claim_retry: ClaimRetry::default(),
-            leaseless: HashMap::new(),
-            committing: BTreeSet::new(),
             etcd_work: Vec::new(),
-            pending_hellos: HashMap::new(),
-            registry_revision: 0,
             needs_rebalance: true,
             settle_until: Instant::now() + SETTLE,
             access_dirty: true,
@@ -335,7 +303,7 @@ impl Dispatcher {
     /// What every turn of the loop ends with, after its events: hands off the moves that can finish,
     /// sends what workers have credits for, and publishes the cache access view if it changed.
     pub(super) fn end_turn(&mut self) {
-        if !self.pending_moves.is_empty() {
+        if !self.handover.pending_moves.is_empty() {
             self.complete_moves();
         }
         self.pump();
@@ -371,6 +339,7 @@ impl Dispatcher {
     pub(super) fn publish_access(&mut self) {
         self.access_dirty = false;
         let workers = self
+            .membership
             .workers
             .values()
             .filter(|w| w.handshaken)
@@ -383,7 +352,7 @@ impl Dispatcher {
                 // Its accepted controllers (a rejected spec never reaches `concurrency`); one retired
                 // meanwhile declares nothing any more.
                 for name in w.concurrency.keys() {
-                    if let Some(state) = self.controllers.get(name) {
+                    if let Some(state) = self.running.states.get(name) {
                         reads.kinds.extend(state.spec.kinds());
                         reads.owner_graph |= state.spec.primary == Primary::OwnerGraph;
                     }
@@ -409,6 +378,7 @@ impl Dispatcher {
                 credit,
             } => {
                 let Some(w) = self
+                    .membership
                     .workers
                     .get_mut(&worker)
                     .filter(|w| w.conn.as_ref().is_some_and(|c| c.id == conn_id))
@@ -435,6 +405,7 @@ impl Dispatcher {
                 done,
             } => {
                 let current = self
+                    .membership
                     .workers
                     .get(&worker)
                     .and_then(|w| w.conn.as_ref())
@@ -448,7 +419,7 @@ impl Dispatcher {
                 }
             }
             Command::Disconnected { worker, conn_id } => {
-                if let Some(w) = self.workers.get_mut(&worker)
+                if let Some(w) = self.membership.workers.get_mut(&worker)
                     && w.conn.as_ref().is_some_and(|c| c.id == conn_id)
                 {
                     info!(
@@ -467,7 +438,7 @@ impl Dispatcher {
                 let _ = reply.send(self.status());
             }
             Command::Enqueue { controller, keys } => {
-                if let Some(state) = self.controllers.get_mut(&controller) {
+                if let Some(state) = self.running.states.get_mut(&controller) {
                     for key in keys {
                         match trace_spans::EventSpan::requested(&controller, &key) {
                             None => state.queue.add_because(key, || Reason::Requested),

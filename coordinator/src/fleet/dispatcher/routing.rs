@@ -1,40 +1,51 @@
 //! Items: keys from the queues to the owners of their shards within credits, Done and read-your-writes
 //! holds, items taken back, and the timers (delays, resyncs, the periodic checks).
 
+use flotilla_common::{Reason, Verdict};
+use flotilla_proto as proto;
+use prost::Message;
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+use super::super::expectations::Expected;
+use super::super::messages::{ControllerSpec, Done, Outcome, Primary};
+use super::super::shards::{Parked, ShardState};
+use super::super::workers::WorkerState;
 use super::assign_budget::{self, Fit};
 use super::controllers::primary_keys;
+use super::items::ItemId;
 use super::trace_spans;
-use super::*;
+use super::{Dispatcher, UNSERVED_RETRY};
+use crate::shard::shard_of;
 
 impl Dispatcher {
     pub(super) fn on_done(&mut self, worker: &str, d: Done) {
         let id = (d.term, d.item_id);
-        match self.items.get(&id) {
-            Some(item) if item.worker == worker => {}
-            _ => {
-                if let Verdict::Log { suppressed } =
-                    self.ctx.metrics.refused(worker, "done_for_unknown_item")
-                {
-                    warn!(
-                        worker,
-                        term = d.term,
-                        item = d.item_id,
-                        suppressed,
-                        "Done for an item the worker does not hold; ignored"
-                    );
-                }
-                return;
+        let Some((item, left)) = self.items.done(
+            id,
+            worker,
+            &mut self.membership.workers,
+            &mut self.handover.shards,
+        ) else {
+            if let Verdict::Log { suppressed } =
+                self.ctx.metrics.refused(worker, "done_for_unknown_item")
+            {
+                warn!(
+                    worker,
+                    term = d.term,
+                    item = d.item_id,
+                    suppressed,
+                    "Done for an item the worker does not hold; ignored"
+                );
             }
-        }
-        let Some(item) = self.items.remove(&id) else {
             return;
         };
         self.stall.progressed(Instant::now());
-        self.release(&item, id);
+        self.item_back(item.shard, left);
         if d.outcome == Outcome::Error {
             debug!(controller = %item.controller, key = %item.key, error = %d.error, "reconcile failed; retrying with backoff");
         }
-        let Some(state) = self.controllers.get_mut(&item.controller) else {
+        let Some(state) = self.running.states.get_mut(&item.controller) else {
             return;
         };
         match d.outcome {
@@ -64,7 +75,7 @@ impl Dispatcher {
         // informers may not have seen what the old term's reconcile wrote.
         let mut unobserved = Vec::new();
         for w in d.writes {
-            let Some(expected) = Expected::of(w.op, w.resource_version) else {
+            let Some(expected) = Expected::of(w.op, w.revision()) else {
                 continue;
             };
             // Only kinds with an informer can be observed; others would hold the key for nothing.
@@ -87,64 +98,59 @@ impl Dispatcher {
             let deadline = now
                 .checked_add(self.ctx.config.expectations_timeout)
                 .unwrap_or(now);
-            self.expectations
+            self.items
                 .hold(&item.controller, &item.key, unobserved, deadline);
             self.ctx.metrics.ryw_held.inc();
             self.ctx
                 .metrics
                 .ryw_holds
-                .set(i64::try_from(self.expectations.len()).unwrap_or(i64::MAX));
+                .set(i64::try_from(self.items.holds_len()).unwrap_or(i64::MAX));
         }
     }
 
-    /// Bookkeeping of an item that left its worker.
-    pub(super) fn release(&mut self, item: &Item, id: (u64, u64)) {
-        if let Some(w) = self.workers.get_mut(&item.worker) {
-            w.items.remove(&id);
-            if let Some(n) = w.in_flight.get_mut(&item.controller) {
-                *n = n.saturating_sub(1);
-            }
-        }
-        if self.shards.item_back(item.shard) == 0
-            && matches!(self.shards.state(item.shard), ShardState::Moving { .. })
-        {
-            self.pending_moves.insert(item.shard);
+    /// An item of shard `s` came back and `left` are still out: a move of the shard may finish now.
+    fn item_back(&mut self, s: u32, left: u32) {
+        if left == 0 && matches!(self.handover.shards.state(s), ShardState::Moving { .. }) {
+            self.handover.pending_moves.insert(s);
         }
     }
 
     /// Takes an item back without a Done and runs its key again.
-    pub(super) fn reclaim(&mut self, id: (u64, u64)) {
-        let Some(item) = self.items.remove(&id) else {
+    pub(super) fn reclaim(&mut self, id: ItemId) {
+        let Some((item, left)) =
+            self.items
+                .reclaim(id, &mut self.membership.workers, &mut self.handover.shards)
+        else {
             return;
         };
-        self.release(&item, id);
+        self.item_back(item.shard, left);
         if item.foreign {
             self.finish_foreign(&item.controller, &item.key);
-            if let Some(state) = self.controllers.get_mut(&item.controller) {
+            if let Some(state) = self.running.states.get_mut(&item.controller) {
                 state.queue.add_because(item.key, || Reason::Handover);
             }
             return;
         }
-        if let Some(state) = self.controllers.get_mut(&item.controller) {
+        if let Some(state) = self.running.states.get_mut(&item.controller) {
             state.queue.done(&item.key);
             state.queue.add_because(item.key, || Reason::Handover);
         }
     }
 
+    /// `(controller, key)` stops being foreign; its deferred run of this term, if any, goes out.
     pub(super) fn finish_foreign(&mut self, controller: &str, key: &str) {
-        let pair = (controller.to_owned(), key.to_owned());
-        self.foreign_keys.remove(&pair);
-        if self.deferred.remove(&pair) {
-            self.route(pair.0, pair.1);
+        if let Some((controller, key)) = self.items.finish_foreign(controller, key) {
+            self.route(controller, key);
         }
     }
 
     /// Moves keys from the queues to workers while workers have credits.
     pub(super) fn pump(&mut self) {
-        let names: Vec<String> = self.controllers.keys().cloned().collect();
+        let names: Vec<String> = self.running.states.keys().cloned().collect();
         for name in names {
             // Keys already routed to a worker go first.
             let ready: Vec<String> = self
+                .membership
                 .workers
                 .values()
                 .filter(|w| {
@@ -161,13 +167,14 @@ impl Dispatcher {
             // nobody can run yet. Counted once: each key sent at once uses one credit, a key routed to
             // a busy worker's backlog uses none.
             let mut credits: u64 = self
+                .membership
                 .workers
                 .values()
                 .filter(|w| w.is_dispatchable())
                 .map(|w| u64::from(w.credits(&name)))
                 .sum();
             while credits > 0 {
-                let Some(state) = self.controllers.get_mut(&name) else {
+                let Some(state) = self.running.states.get_mut(&name) else {
                     break;
                 };
                 if !state.synced {
@@ -189,23 +196,25 @@ impl Dispatcher {
     /// Sends `key` (processing in its queue) to the owner of its shard, or keeps it until it can be sent.
     /// Returns whether it was sent (using one credit).
     pub(super) fn route(&mut self, controller: String, key: String) -> bool {
-        if !self.controllers.contains_key(&controller) {
+        if !self.running.states.contains_key(&controller) {
             // Retired while the key waited: its queue is gone, and so is the key.
             return false;
         }
-        let pair = (controller, key);
-        if self.foreign_keys.contains(&pair) {
-            self.deferred.insert(pair);
-            return false;
-        }
-        let (controller, key) = pair;
-        let shard = shard_of(&controller, &key, self.shards.count());
-        let Some(owner) = self.shards.dispatch_owner(shard).map(str::to_owned) else {
-            self.shards.park(shard, Parked { controller, key });
+        let Some((controller, key)) = self.items.unless_deferred(controller, key) else {
             return false;
         };
-        let Some(w) = self.workers.get_mut(&owner) else {
-            self.shards.park(shard, Parked { controller, key });
+        let shard = shard_of(&controller, &key, self.handover.shards.count());
+        let Some(owner) = self
+            .handover
+            .shards
+            .dispatch_owner(shard)
+            .map(str::to_owned)
+        else {
+            self.handover.shards.park(shard, Parked { controller, key });
+            return false;
+        };
+        let Some(w) = self.membership.workers.get_mut(&owner) else {
+            self.handover.shards.park(shard, Parked { controller, key });
             return false;
         };
         let backlog_empty = w.backlog.get(&controller).is_none_or(|b| b.is_empty());
@@ -223,7 +232,7 @@ impl Dispatcher {
 
     pub(super) fn drain_backlog(&mut self, worker: &str, controller: &str) {
         loop {
-            let Some(w) = self.workers.get_mut(worker) else {
+            let Some(w) = self.membership.workers.get_mut(worker) else {
                 return;
             };
             if !w.is_dispatchable() || w.credits(controller) == 0 {
@@ -234,23 +243,16 @@ impl Dispatcher {
                 return;
             };
             // Routed before a Hello reported the key held from an earlier term: it waits for that.
-            if !self.foreign_keys.is_empty() {
-                let pair = (controller.to_owned(), key);
-                if self.foreign_keys.contains(&pair) {
-                    self.deferred.insert(pair);
-                    continue;
-                }
-                self.send_item(worker, pair.0, pair.1, shard);
-                continue;
+            if let Some((controller, key)) = self.items.unless_deferred(controller.to_owned(), key)
+            {
+                self.send_item(worker, controller, key, shard);
             }
-            self.send_item(worker, controller.to_owned(), key, shard);
         }
     }
 
     pub(super) fn send_item(&mut self, worker: &str, controller: String, key: String, shard: u32) {
-        let item_id = self.next_item;
-        self.next_item += 1;
-        let Some(state) = self.controllers.get(&controller) else {
+        let item_id = self.items.next_id();
+        let Some(state) = self.running.states.get(&controller) else {
             return;
         };
         state.counters.assigned.inc();
@@ -311,35 +313,27 @@ impl Dispatcher {
         if fit == Fit::TooLarge {
             // Never sent, never dropped: the key runs again after the rate limiter's backoff, when the
             // objects may have shrunk.
-            if let Some(state) = self.controllers.get_mut(&controller) {
+            if let Some(state) = self.running.states.get_mut(&controller) {
                 state.queue.done(&key);
                 state.queue.add_rate_limited_because(key, Reason::Retry);
             }
             return;
         }
-        let Some(w) = self.workers.get_mut(worker) else {
+        let Some(w) = self.membership.workers.get_mut(worker) else {
             return;
         };
-        if let Some(c) = w.credits.get_mut(&controller) {
-            *c -= 1;
-        }
-        *w.in_flight.entry(controller.clone()).or_default() += 1;
-        w.items.insert((self.term, item_id));
-        self.shards.item_out(shard);
+        self.items.assign(
+            (self.term, item_id),
+            w,
+            &mut self.handover.shards,
+            controller,
+            key,
+            shard,
+        );
         self.outbox
             .entry(worker.to_owned())
             .or_default()
             .push(assign);
-        self.items.insert(
-            (self.term, item_id),
-            Item {
-                controller,
-                key,
-                worker: worker.to_owned(),
-                shard,
-                foreign: false,
-            },
-        );
     }
 
     /// The primary object and the prefetched related objects, straight from the cache's serialization.
@@ -351,7 +345,8 @@ impl Dispatcher {
         let primary = match &spec.primary {
             Primary::Kind(kind) => kind,
             Primary::OwnerGraph => {
-                let Some((object, dependents)) = self.graph.payload(key, &self.ctx.informers)
+                let Some((object, dependents)) =
+                    self.running.graph.payload(key, &self.ctx.informers)
                 else {
                     return (bytes::Bytes::new(), Vec::new());
                 };
@@ -386,7 +381,7 @@ impl Dispatcher {
     pub(super) fn flush(&mut self) {
         let budget = self.ctx.config.dispatch_batch_bytes;
         for (worker, items) in self.outbox.drain() {
-            if let Some(w) = self.workers.get(&worker) {
+            if let Some(w) = self.membership.workers.get(&worker) {
                 // A failed send means the stream just broke: the items stay held by the worker until it
                 // reports them in its next Hello or its lease expires.
                 for items in assign_budget::batches(items, budget) {
@@ -399,7 +394,8 @@ impl Dispatcher {
     }
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
-        self.controllers
+        self.running
+            .states
             .values()
             .filter_map(|c| c.queue.next_deadline())
             .min()
@@ -407,24 +403,26 @@ impl Dispatcher {
 
     pub(super) fn promote_due(&mut self) {
         let now = Instant::now();
-        for state in self.controllers.values_mut() {
+        for state in self.running.states.values_mut() {
             state.queue.promote_due(now);
         }
     }
 
     /// Keys routed but not sent: in workers' backlogs, or parked on shards without a dispatchable owner.
     fn backlog_len(&self) -> usize {
-        self.workers
+        self.membership
+            .workers
             .values()
             .map(WorkerState::backlog_len)
             .sum::<usize>()
-            + self.shards.parked_len()
+            + self.handover.shards.parked_len()
     }
 
     /// Publishes whether dispatching is stalled (see `StallClock`), logging when that changes.
     fn check_progress(&mut self, now: Instant) {
         let queued: usize = self
-            .controllers
+            .running
+            .states
             .values()
             .filter(|c| c.synced)
             .map(|c| c.queue.len())
@@ -435,8 +433,8 @@ impl Dispatcher {
             if stalled {
                 error!(
                     waiting,
-                    live_workers = self.workers.values().filter(|w| w.is_dispatchable()).count(),
-                    claims_waiting = self.claim_retry.len(),
+                    live_workers = self.membership.workers.values().filter(|w| w.is_dispatchable()).count(),
+                    claims_waiting = self.handover.claim_retry.len(),
                     bound = ?self.ctx.config.dispatch_stall_timeout,
                     "keys wait and no item has finished within the bound; not ready"
                 );
@@ -452,7 +450,8 @@ impl Dispatcher {
         self.promote_due();
         // An owner-graph controller may open on time alone (a kind that never syncs, see SYNC_GRACE).
         let waiting: Vec<String> = self
-            .controllers
+            .running
+            .states
             .values()
             .filter(|c| !c.synced && c.spec.primary == Primary::OwnerGraph)
             .map(|c| c.spec.name.clone())
@@ -460,14 +459,18 @@ impl Dispatcher {
         for name in waiting {
             self.check_synced(&name);
         }
-        for state in self.controllers.values_mut() {
+        for state in self.running.states.values_mut() {
             state.queue.update_unfinished_work(now);
             if let (Some(at), Some(every)) = (state.next_resync, state.spec.resync)
                 && at <= now
                 && state.synced
             {
                 state.next_resync = Some(now + every);
-                for key in primary_keys(&state.spec.primary, &self.graph, &self.ctx.informers) {
+                for key in primary_keys(
+                    &state.spec.primary,
+                    &self.running.graph,
+                    &self.ctx.informers,
+                ) {
                     state.queue.add_because(key, || Reason::Resync);
                 }
             }
@@ -478,8 +481,8 @@ impl Dispatcher {
         // not answer, its key would run on a cache that cannot have observed its writes (the overshoot
         // the hold exists to prevent).
         let expired = self
-            .expectations
-            .expire(self.ctx.api_link.expiry_horizon(now));
+            .items
+            .expire_holds(self.ctx.api_link.expiry_horizon(now));
         if !expired.is_empty() {
             self.ctx.metrics.ryw_expired.inc_by(expired.len() as u64);
             warn!(
@@ -495,6 +498,7 @@ impl Dispatcher {
         }
         self.fence_silent_workers(now);
         let free: Vec<String> = self
+            .membership
             .workers
             .values()
             .filter(|w| w.lease_id.is_none() && w.fenced_until.is_none_or(|t| t <= now))
@@ -504,6 +508,7 @@ impl Dispatcher {
             self.free_worker(&id, "lease_expired");
         }
         let all_connected = self
+            .membership
             .workers
             .values()
             .all(|w| w.handshaken || w.lease_id.is_none());

@@ -5,7 +5,16 @@
 use super::etcd_work::{
     ETCD_DONE_CAPACITY, EtcdWorker, REGISTRY_CAPACITY, read_term_start, watch_registry,
 };
-use super::*;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::{
+    COMMAND_CAPACITY, Command, Dispatcher, DispatcherHandle, TermContext, TermEnv, TermError,
+};
 
 /// Owner-graph discoveries report to the loop on a channel of this capacity. Back-pressure: a discovery
 /// task (one per term, reporting every 30 s) waits; the loop never waits on it.
@@ -82,8 +91,8 @@ async fn run(
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     info!(
         term = d.term,
-        workers = d.workers.len(),
-        controllers = d.controllers.len(),
+        workers = d.membership.workers.len(),
+        controllers = d.running.states.len(),
         "leading"
     );
     loop {

@@ -1,10 +1,14 @@
 //! The term's view of the fleet for `Admin.Status`.
 
-use super::*;
+use flotilla_proto as proto;
+use tokio::time::Instant;
+
+use super::Dispatcher;
 
 impl Dispatcher {
     pub(super) fn status(&self) -> proto::StatusResponse {
         let mut workers: Vec<proto::WorkerStatus> = self
+            .membership
             .workers
             .values()
             .map(|w| proto::WorkerStatus {
@@ -12,10 +16,12 @@ impl Dispatcher {
                 connected: w.is_dispatchable(),
                 capacity: w.capacity,
                 in_flight: w.in_flight_total(),
-                shards: u32::try_from(self.shards.owned_by(&w.id).len()).unwrap_or(u32::MAX),
+                shards: u32::try_from(self.handover.shards.owned_by(&w.id).len())
+                    .unwrap_or(u32::MAX),
                 lacking: if w.handshaken {
                     let mut lacking: Vec<String> = self
-                        .controllers
+                        .running
+                        .states
                         .keys()
                         .filter(|c| !w.concurrency.contains_key(*c))
                         .cloned()
@@ -29,10 +35,12 @@ impl Dispatcher {
             .collect();
         workers.sort_by(|a, b| a.id.cmp(&b.id));
         let mut queues: Vec<proto::QueueStatus> = self
-            .controllers
+            .running
+            .states
             .iter()
             .map(|(name, c)| {
                 let routed: usize = self
+                    .membership
                     .workers
                     .values()
                     .map(|w| w.backlog.get(name).map_or(0, |b| b.len()))
@@ -77,7 +85,7 @@ impl Dispatcher {
             workers,
             queues,
             informers,
-            shard_count: self.shards.count(),
+            shard_count: self.handover.shards.count(),
             retired,
         }
     }

@@ -2,7 +2,7 @@
 //! refreshed on the dispatcher's periodic tick rather than on every send and Done, so the per-item path
 //! stays free of label hashing.
 
-use super::*;
+use super::Dispatcher;
 use crate::metrics::WorkerLabel;
 
 impl Dispatcher {
@@ -13,7 +13,7 @@ impl Dispatcher {
         let metrics = &self.ctx.metrics;
         metrics.worker_in_flight.clear();
         metrics.worker_credits.clear();
-        for w in self.workers.values() {
+        for w in self.membership.workers.values() {
             let label = WorkerLabel {
                 worker: w.id.clone(),
             };

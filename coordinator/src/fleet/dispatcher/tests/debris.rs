@@ -2,7 +2,9 @@
 //! lease that no registered worker names. Neither may stall the fleet, and neither may cost etcd a
 //! refused transaction per shard per tick.
 
-use super::*;
+use std::time::Duration;
+
+use super::{Fleet, SHARDS, keys_of_shard};
 
 #[tokio::test(start_paused = true)]
 async fn shard_keys_on_no_lease_are_claimed_over_by_the_next_leader() {

@@ -6,7 +6,11 @@
 
 use proptest::prelude::*;
 
-use super::*;
+use std::time::Duration;
+
+use flotilla_proto as proto;
+
+use super::Fleet;
 
 const WORKERS: [&str; 3] = ["w0", "w1", "w2"];
 const KEYS: u8 = 24;
@@ -147,8 +151,10 @@ async fn run(ops: Vec<Op>) {
     }
     for op in ops {
         f.apply(op, &mut term).await;
+        f.check();
     }
     f.heal().await;
+    f.check();
 }
 
 fn paused_runtime() -> tokio::runtime::Runtime {

@@ -1,7 +1,12 @@
 //! Items held across failover: a worker's Hello to a new leader reports what it still runs from the old
 //! term, and those keys go to no other worker until they finish (or the worker's lease is gone).
 
-use super::*;
+use std::time::Duration;
+
+use flotilla_proto as proto;
+
+use super::{Fleet, keys_of_shard};
+use crate::config::CoordinatorConfig;
 
 /// Term 100 with workers `a` and `b`, `a` running one key of each of its shards; then a new leader of
 /// term 200 takes over, and every stream to the old one has broken.

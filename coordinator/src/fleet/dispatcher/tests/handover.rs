@@ -1,7 +1,10 @@
 //! Handover without overlap: a shard moving from A to B sends nothing of itself to B before A's items of
 //! it are Done or A's lease is gone, and keys of other shards keep flowing meanwhile.
 
-use super::*;
+use std::time::Duration;
+
+use super::super::super::shards::ShardState;
+use super::{Fleet, LEASE_TTL, SHARDS, keys_of_shard, shard};
 
 /// A fleet of one worker `a` owning every shard, running one key of each shard.
 async fn a_running_one_key_per_shard() -> (Fleet, Vec<String>) {
@@ -26,7 +29,7 @@ async fn a_running_one_key_per_shard() -> (Fleet, Vec<String>) {
 fn moving(f: &Fleet, from: &str, to: &str) -> Vec<u32> {
     (0..SHARDS)
         .filter(|&s| {
-            *f.d.shards.state(s)
+            *f.d.handover.shards.state(s)
                 == ShardState::Moving {
                     from: from.into(),
                     to: to.into(),

@@ -13,13 +13,26 @@ mod handover;
 mod worker_loss;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
 
+use flotilla_common::{LeaderInfo, ResourceKind};
+use flotilla_proto as proto;
 use prometheus_client::registry::Registry;
 use tokio::sync::oneshot::error::TryRecvError;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
-use super::etcd_work::RegistrationRead;
-use super::*;
-use crate::fleet::messages::Limits;
+use super::super::access::CacheAccess;
+use super::super::messages::{Credit, Done, Hello, HelloRefused, Limits};
+use super::super::progress::DispatchProgress;
+use super::etcd_work::{EtcdWork, TermStart};
+use super::{Command, Dispatcher, TermEnv};
+use crate::config::CoordinatorConfig;
+use crate::informer::{InformerEvent, Informers};
+use crate::metrics::FleetMetrics;
+use crate::queue::QueueMetricsFamilies;
+use crate::shard::shard_of;
 pub(super) use etcd::Etcd;
 
 /// The one controller of the tests.
@@ -44,15 +57,18 @@ fn configmaps() -> ResourceKind {
     ResourceKind::new("", "v1", "ConfigMap", "configmaps", true)
 }
 
-/// A Kubernetes API that lists no ConfigMaps and whose watches never answer: the informer syncs at
-/// once and stays quiet.
+/// A Kubernetes API that lists no ConfigMaps, does not stream lists (it refuses `sendInitialEvents`,
+/// as a server without WatchList does) and whose watches never answer: the informer syncs at once and
+/// stays quiet.
 fn empty_api() -> kube::Client {
     let service = tower::service_fn(|request: http::Request<kube::client::Body>| async move {
-        if request
-            .uri()
-            .query()
-            .is_some_and(|q| q.contains("watch=true"))
-        {
+        let query = request.uri().query().unwrap_or_default();
+        if query.contains("sendInitialEvents=true") {
+            let mut refused = http::Response::new(kube::client::Body::from(Vec::new()));
+            *refused.status_mut() = http::StatusCode::UNPROCESSABLE_ENTITY;
+            return Ok::<_, std::convert::Infallible>(refused);
+        }
+        if query.contains("watch=true") {
             std::future::pending::<()>().await;
         }
         let list = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMapList",
@@ -175,7 +191,7 @@ impl Fleet {
             metrics: FleetMetrics::register(&mut registry),
             queue_metrics: QueueMetricsFamilies::register(&mut registry),
             access: CacheAccess::default(),
-            progress: super::DispatchProgress::default(),
+            progress: DispatchProgress::default(),
             api_link: crate::api_link::ApiLink::default(),
         };
         let (discovered_tx, _) = mpsc::channel(1);
@@ -189,7 +205,8 @@ impl Fleet {
     async fn wait_synced(&mut self) {
         for _ in 0..1000 {
             self.turn();
-            if self.d.controllers.values().all(|c| c.synced) && !self.d.controllers.is_empty() {
+            if self.d.running.states.values().all(|c| c.synced) && !self.d.running.states.is_empty()
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -508,7 +525,9 @@ impl Fleet {
                     moved = true;
                 }
             }
+            self.check();
             moved |= self.read_streams();
+            self.check();
             if !moved {
                 return;
             }
@@ -612,21 +631,29 @@ impl Fleet {
 }
 
 impl Fleet {
+    /// Fails the test if the dispatcher breaks one of its invariants (`Dispatcher::check`).
+    #[track_caller]
+    pub(super) fn check(&self) {
+        if let Err(broken) = self.d.check() {
+            panic!("dispatcher invariant broken: {broken}\n{}", self.describe());
+        }
+    }
+
     /// The dispatcher's and etcd's state, for failure messages.
     pub(super) fn describe(&self) -> String {
         let mut out = format!("term {}\nshards:", self.d.term);
         for s in 0..SHARDS {
             out += &format!(
                 "\n  {s}: {:?} in flight {} parked {} committing {} etcd {:?}",
-                self.d.shards.state(s),
-                self.d.shards.in_flight(s),
-                self.d.shards.parked_in(s),
-                self.d.committing.contains(&s),
+                self.d.handover.shards.state(s),
+                self.d.handover.shards.in_flight(s),
+                self.d.handover.shards.parked_in(s),
+                self.d.handover.committing.contains(&s),
                 self.etcd.shards.get(&s)
             );
         }
         out += "\nworkers (leader's view):";
-        for w in self.d.workers.values() {
+        for w in self.d.membership.workers.values() {
             out += &format!(
                 "\n  {}: lease {:?} conn {} handshaken {} fenced {:?} credits {:?} items {} backlog {}",
                 w.id,
@@ -652,7 +679,7 @@ impl Fleet {
                 w.refused
             );
         }
-        for (name, c) in &self.d.controllers {
+        for (name, c) in &self.d.running.states {
             out += &format!(
                 "\nqueue {name}: synced {} len {} processing {}",
                 c.synced,
@@ -662,7 +689,10 @@ impl Fleet {
         }
         out += &format!(
             "\nforeign {:?} deferred {:?} pending moves {:?} needs rebalance {}",
-            self.d.foreign_keys, self.d.deferred, self.d.pending_moves, self.d.needs_rebalance
+            self.d.items.foreign(),
+            self.d.items.deferred(),
+            self.d.handover.pending_moves,
+            self.d.needs_rebalance
         );
         out
     }

@@ -1,7 +1,11 @@
 //! Worker loss: a worker whose stream broke keeps its items until it says Hello again or its lease is
 //! gone; then its keys run elsewhere, none lost. And Hellos wait for their registration beside the loop.
 
-use super::*;
+use std::time::Duration;
+
+use super::super::super::messages::HelloRefused;
+use super::super::etcd_work::{EtcdDone, EtcdWork, RegistrationRead};
+use super::{Fleet, LEASE_TTL, SHARDS, keys_of_shard, shard};
 
 /// Workers `a` and `b` sharing the shards, with `a` running one key of each of its shards.
 async fn a_and_b_with_a_busy() -> (Fleet, Vec<String>) {
@@ -174,7 +178,9 @@ async fn a_registration_read_older_than_the_registry_watch_does_not_bring_a_work
         "refused: {:?}",
         f.workers["c"].refused
     );
-    assert!(!f.d.workers.contains_key("c") || f.d.workers["c"].lease_id.is_none());
+    assert!(
+        !f.d.membership.workers.contains_key("c") || f.d.membership.workers["c"].lease_id.is_none()
+    );
 }
 
 /// The leader's table says a worker owns a shard only where etcd's key is on that worker's current
