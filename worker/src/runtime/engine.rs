@@ -2,58 +2,46 @@
 //! keep one Dispatch stream to it, run what it assigns, report what finished; self-fence the moment
 //! the lease is in doubt.
 //!
-//! Items that finish while no stream is open are not reported later: they are simply no longer held,
-//! so the next Hello does not list them, and the coordinator treats a key no longer held as finished
-//! and requeues it. A duplicate reconcile is harmless (reconciles are idempotent); a lost Done would
-//! instead keep the key blocked until the lease expires.
+//! This file is the I/O: etcd (session, registration, the leader watch), the gRPC stream, the
+//! reconcile tasks and the timers. What to do about each event is decided by the session's state
+//! machine ([`machine`], whose documentation states the rules); the loop feeds it one event at a time
+//! and carries out the [`Action`]s it returns, in order. The loop watches, most urgent first: the
+//! worker being killed, the lease being lost, a graceful shutdown, the drain's grace period, finished
+//! reconciles, the stream, etcd's leader, and the machine's wake-up time. It never waits on a reconcile
+//! and, while connected, never on the network, so a lost lease fences at once; opening a stream and
+//! closing it gracefully are the two awaits inside a turn, bounded by [`CONNECT_TIMEOUT`] and
+//! [`CLOSE_TIMEOUT`].
 
-use std::collections::{HashMap, HashSet};
+mod action;
+mod machine;
+mod reconcile;
+
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_common::{
-    Election, FleetKeys, Health, Leadership, Session, TRACE_TARGET, sample_new_trace,
-};
+use flotilla_common::{Election, FleetKeys, Health, Leadership, Session};
 use flotilla_proto as proto;
-use flotilla_sdk::host::{CacheSlot, ControllerEnv, Outcome, WorkItem, Write, WriteJournal};
-use flotilla_sdk::{Context, DynController};
+use flotilla_sdk::DynController;
+use flotilla_sdk::host::{CacheSlot, ControllerEnv};
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use super::cache_client::GrpcCache;
 use super::config::WorkerConfig;
 use super::connection::Connection;
-use super::ledger::{Admission, Assigned, Ledger};
+use super::ledger::Ledger;
 use super::metrics::{ControllerMetrics, Metrics};
-use super::outbox::{FLUSH_INTERVAL, Outbox};
-use super::prefetch;
-use super::reconcile_journal::{self, JournalEntry, ReconcileJournal};
+use super::reconcile_journal::ReconcileJournal;
 use super::registration::RegistrationRecord;
-use super::stream_health::StreamHealth;
-use super::wire::{self, DoneOutcome};
-
-/// The `reconcile` span of `item` on `worker`, of the given target (exported) or the default one.
-macro_rules! reconcile_span {
-    ($(target: $target:expr,)? parent: $parent:expr, $item:expr, $worker:expr) => {
-        info_span!(
-            $(target: $target,)?
-            parent: $parent,
-            "reconcile",
-            controller = %$item.controller,
-            key = %$item.key,
-            shard = $item.shard,
-            term = $item.term,
-            worker = %$worker,
-            attempt = $item.attempt,
-            reason = %$item.reason,
-            outcome = tracing::field::Empty,
-        )
-    };
-}
+use super::wire;
+use action::{Action, End};
+use machine::{Finished, SessionMachine, Timing};
+use reconcile::Reconciles;
 
 /// How long opening a stream to the leader may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -92,13 +80,6 @@ pub(crate) struct Stops {
     pub(crate) kill: CancellationToken,
 }
 
-/// How a session ended.
-enum End {
-    Lost,
-    Shutdown,
-    Killed,
-}
-
 type Leaders = Pin<Box<dyn Stream<Item = Option<Leadership>> + Send>>;
 
 /// Runs sessions until stopped.
@@ -110,6 +91,7 @@ pub(crate) async fn run(shared: Arc<Shared>, etcd: etcd_client::Client, stops: S
         .iter()
         .map(|(name, c)| (name.clone(), c.controller.concurrency_limit()))
         .collect();
+    // What outlives a session: the newest term known (in the ledger) and the leader.
     let mut ledger = Ledger::new(concurrency);
     let mut leader: Option<Leadership> = None;
     let record = RegistrationRecord::of(&shared);
@@ -133,9 +115,18 @@ pub(crate) async fn run(shared: Arc<Shared>, etcd: etcd_client::Client, stops: S
                 })
                 .instrument(span.clone()),
         );
-        let mut run = SessionRun::new(&shared, &session, &stops, &mut ledger, &mut leader);
-        run.journal = journal.clone();
-        let end = run.run(&mut leaders).instrument(span).await;
+        let machine = SessionMachine::new(
+            Instant::now(),
+            timing(&shared.config),
+            hello(&shared, lease),
+            ledger,
+            leader,
+            shared.health.clone(),
+            shared.metrics.clone(),
+        );
+        let run = SessionRun::new(&shared, &session, &stops, journal.as_ref());
+        let (end, machine) = run.run(machine, &mut leaders).instrument(span).await;
+        (ledger, leader) = machine.into_carried();
         keeper.cancel();
         match end {
             End::Lost => {
@@ -204,28 +195,41 @@ async fn start_session(
     }
 }
 
-/// A reconcile that ended on its own.
-struct Finished {
-    controller: String,
-    key: String,
-    term: u64,
-    item_id: u64,
-    outcome: DoneOutcome,
-    writes: Vec<Write>,
+/// The pauses of `config` a session keeps.
+fn timing(config: &WorkerConfig) -> Timing {
+    Timing {
+        reconnect_min: config.reconnect_min,
+        reconnect_max: config.reconnect_max,
+        shutdown_grace_period: config.shutdown_grace_period,
+    }
 }
 
-struct LeaderStream {
-    connection: Connection,
-    welcomed: bool,
+/// The Hello of the session on `lease`: the worker and its controllers (the machine fills in the term
+/// known and the items held at each connect).
+fn hello(shared: &Shared, lease: i64) -> proto::Hello {
+    proto::Hello {
+        worker_id: shared.worker_id.to_string(),
+        lease_id: lease,
+        controllers: shared
+            .controllers
+            .values()
+            .map(|c| proto::ControllerCapacity {
+                spec: Some(wire::spec(c.controller.spec())),
+                concurrency: c.controller.concurrency_limit(),
+            })
+            .collect(),
+        known_term: 0,
+        held: Vec::new(),
+    }
 }
 
-/// One session's loop; see the module documentation.
+/// One session's loop: the I/O around a [`SessionMachine`] (see the module documentation).
 struct SessionRun<'a> {
     shared: &'a Arc<Shared>,
     session: &'a Session,
     stops: &'a Stops,
-    ledger: &'a mut Ledger,
-    leader: &'a mut Option<Leadership>,
+    journal: Option<&'a Arc<ReconcileJournal>>,
+    /// Every reconcile of the session runs under a child of this token.
     reconciles: CancellationToken,
     /// Reconciles report here when they end. Its capacity is the worker's summed concurrency, a slot
     /// per reconcile that may run at once. Back-pressure: a finished reconcile whose report does not
@@ -233,21 +237,8 @@ struct SessionRun<'a> {
     /// token), so that cannot deadlock, and when the session ends the receiver goes and they stop.
     finished_tx: mpsc::Sender<Finished>,
     finished_rx: mpsc::Receiver<Finished>,
-    stream: Option<LeaderStream>,
-    rejected: HashSet<String>,
-    outbox: Outbox,
-    flush_at: Option<Instant>,
-    reconnect_at: Option<Instant>,
-    backoff: Duration,
-    /// Set when a Welcome came with an older term than known: wait for etcd to show a newer leader.
-    wait_newer_leader: bool,
-    draining_until: Option<Instant>,
-    /// Recent stream breaks: a stream breaking in a loop keeps the worker not ready.
-    stream_health: StreamHealth,
-    /// When a welcomed stream of a flapping worker has stayed up long enough to say ready.
-    ready_at: Option<Instant>,
-    /// `--reconcile-journal`: every reconcile's start and end.
-    journal: Option<Arc<ReconcileJournal>>,
+    /// The stream to the leader; open exactly when the machine's stream is open.
+    connection: Option<Connection>,
 }
 
 impl<'a> SessionRun<'a> {
@@ -255,8 +246,7 @@ impl<'a> SessionRun<'a> {
         shared: &'a Arc<Shared>,
         session: &'a Session,
         stops: &'a Stops,
-        ledger: &'a mut Ledger,
-        leader: &'a mut Option<Leadership>,
+        journal: Option<&'a Arc<ReconcileJournal>>,
     ) -> Self {
         let concurrency: u64 = shared
             .controllers
@@ -267,506 +257,133 @@ impl<'a> SessionRun<'a> {
             .unwrap_or(usize::MAX)
             .clamp(1, 1 << 20);
         let (finished_tx, finished_rx) = mpsc::channel(capacity);
-        // A new session resumes the leader already known; with none, the leader stream says when.
-        let reconnect_at = leader.is_some().then(Instant::now);
         Self {
             shared,
             session,
             stops,
-            ledger,
-            leader,
+            journal,
             reconciles: CancellationToken::new(),
             finished_tx,
             finished_rx,
-            stream: None,
-            rejected: HashSet::new(),
-            outbox: Outbox::default(),
-            flush_at: None,
-            reconnect_at,
-            backoff: shared.config.reconnect_min,
-            wait_newer_leader: false,
-            draining_until: None,
-            stream_health: StreamHealth::default(),
-            ready_at: None,
-            journal: None,
+            connection: None,
         }
     }
 
-    async fn run(mut self, leaders: &mut Leaders) -> End {
+    /// Runs the session until the machine ends it; returns how, and the machine (for what outlives
+    /// the session).
+    async fn run(
+        mut self,
+        mut machine: SessionMachine,
+        leaders: &mut Leaders,
+    ) -> (End, SessionMachine) {
         let lost = self.session.lost();
         let stops = self.stops.clone();
         loop {
-            if self.draining_until.is_some() && self.ledger.running() == 0 {
-                self.close_stream().await;
-                return End::Shutdown;
-            }
-            let reconnect_at = if self.stream.is_none() {
-                self.reconnect_at
-            } else {
-                None
-            };
-            tokio::select! {
+            let wake = machine.next_wake();
+            let grace_over = machine.grace_deadline();
+            let actions = tokio::select! {
                 biased;
-                () = stops.kill.cancelled() => {
-                    self.reconciles.cancel();
-                    return End::Killed;
+                () = stops.kill.cancelled() => machine.on_killed(),
+                () = lost.cancelled() => machine.on_lease_lost(),
+                () = stops.graceful.cancelled(), if !machine.is_draining() => {
+                    machine.on_drain_requested(Instant::now())
                 }
-                () = lost.cancelled() => {
-                    self.fence();
-                    return End::Lost;
-                }
-                () = stops.graceful.cancelled(), if self.draining_until.is_none() => self.start_draining(),
-                () = sleep_until(self.draining_until) => {
-                    warn!(running = self.ledger.running(), "grace period over; cancelling the remaining reconciles");
-                    self.reconciles.cancel();
-                    self.close_stream().await;
-                    return End::Shutdown;
-                }
-                Some(finished) = self.finished_rx.recv() => self.on_finished(finished),
-                message = next_message(&mut self.stream) => self.on_message(message),
-                Some(leadership) = leaders.next() => self.on_leader(leadership),
-                () = sleep_until(reconnect_at) => {
-                    if let Some(end) = self.connect().await {
-                        return end;
-                    }
-                }
-                () = sleep_until(self.flush_at) => self.flush(),
-                () = sleep_until(self.ready_at) => {
-                    self.ready_at = None;
-                    if self.stream.as_ref().is_some_and(|s| s.welcomed) && self.draining_until.is_none() {
-                        self.shared.health.set_ready(true, "connected to the leader");
-                    }
-                }
+                () = sleep_until(grace_over) => machine.on_grace_over(),
+                Some(finished) = self.finished_rx.recv() => machine.on_finished(Instant::now(), finished),
+                message = next_message(&mut self.connection) => machine.on_message(Instant::now(), message),
+                Some(leadership) = leaders.next() => machine.on_leader(Instant::now(), leadership),
+                () = sleep_until(wake) => machine.on_wake(Instant::now()),
+            };
+            if let Some(end) = self.execute(&mut machine, actions).await {
+                return (end, machine);
             }
         }
     }
 
-    fn on_leader(&mut self, leadership: Option<Leadership>) {
-        let Some(leadership) = leadership else {
-            if self.leader.take().is_some() {
-                info!("no leader");
-            }
-            self.disconnect("no leader");
-            self.reconnect_at = None;
-            return;
-        };
-        if !self.ledger.observe_term(leadership.term) {
-            warn!(
-                term = leadership.term,
-                known_term = self.ledger.known_term(),
-                "ignoring a leader of an older term"
-            );
-            return;
-        }
-        if self.leader.as_ref() == Some(&leadership) {
-            return;
-        }
-        info!(leader = %leadership.info.id, address = %leadership.info.address, term = leadership.term, "new leader");
-        *self.leader = Some(leadership);
-        self.disconnect("new leader");
-        self.wait_newer_leader = false;
-        self.backoff = self.shared.config.reconnect_min;
-        self.reconnect_at = Some(Instant::now());
-    }
-
-    /// Opens a stream to the leader; `Some` when the session ended meanwhile.
-    async fn connect(&mut self) -> Option<End> {
-        self.reconnect_at = None;
-        let leader = self.leader.clone()?;
-        let hello = proto::Hello {
-            worker_id: self.shared.worker_id.to_string(),
-            lease_id: self.session.lease_id(),
-            controllers: self
-                .shared
-                .controllers
-                .values()
-                .map(|c| proto::ControllerCapacity {
-                    spec: Some(wire::spec(c.controller.spec())),
-                    concurrency: c.controller.concurrency_limit(),
-                })
-                .collect(),
-            known_term: self.ledger.known_term(),
-            held: self.ledger.held(),
-        };
-        let lost = self.session.lost();
-        let opened = tokio::select! {
-            biased;
-            () = self.stops.kill.cancelled() => {
-                self.reconciles.cancel();
-                return Some(End::Killed);
-            }
-            () = lost.cancelled() => {
-                self.fence();
-                return Some(End::Lost);
-            }
-            opened = Connection::open(
-                &self.shared.config.tls,
-                &leader.info.address,
-                hello,
-                CONNECT_TIMEOUT,
-            ) => opened,
-        };
-        match opened {
-            Ok(connection) => {
-                debug!(address = %leader.info.address, "stream open; waiting for Welcome");
-                self.stream = Some(LeaderStream {
-                    connection,
-                    welcomed: false,
-                });
-            }
-            Err(err) => {
-                warn!(address = %leader.info.address, error = %err, "cannot open a stream to the leader");
-                self.schedule_reconnect();
+    /// Carries out `actions` in order; the machine's answer to an action's outcome runs before the
+    /// rest. Returns the end of the session when an action ends it.
+    async fn execute(&mut self, machine: &mut SessionMachine, actions: Vec<Action>) -> Option<End> {
+        let mut queue = VecDeque::from(actions);
+        while let Some(action) = queue.pop_front() {
+            let answer = match action {
+                Action::Connect { address, hello } => self.connect(machine, &address, hello).await,
+                Action::Send(messages) => {
+                    let sent = self
+                        .connection
+                        .as_ref()
+                        .is_some_and(|c| messages.into_iter().all(|m| c.send(m)));
+                    if sent {
+                        Vec::new()
+                    } else {
+                        machine.on_send_failed(Instant::now())
+                    }
+                }
+                Action::UseLeaderCache => {
+                    if let Some(connection) = &self.connection {
+                        self.shared.cache.set(Arc::new(GrpcCache::new(
+                            connection.channel.clone(),
+                            self.shared.worker_id.clone(),
+                            self.session.lease_id(),
+                        )));
+                    }
+                    Vec::new()
+                }
+                Action::Disconnect => {
+                    self.connection = None;
+                    self.shared.cache.clear();
+                    Vec::new()
+                }
+                Action::CloseGracefully => {
+                    if let Some(connection) = self.connection.take() {
+                        connection.close(CLOSE_TIMEOUT).await;
+                    }
+                    Vec::new()
+                }
+                Action::Spawn(item) => {
+                    Reconciles {
+                        shared: self.shared,
+                        cancel: &self.reconciles,
+                        finished: &self.finished_tx,
+                        journal: self.journal,
+                    }
+                    .spawn(*item);
+                    Vec::new()
+                }
+                Action::CancelReconciles => {
+                    self.reconciles.cancel();
+                    Vec::new()
+                }
+                Action::End(end) => return Some(end),
+            };
+            for action in answer.into_iter().rev() {
+                queue.push_front(action);
             }
         }
         None
     }
 
-    fn on_message(&mut self, message: Result<Option<proto::CoordinatorMessage>, tonic::Status>) {
-        use proto::coordinator_message::Msg;
-        match message {
-            Ok(Some(proto::CoordinatorMessage {
-                msg: Some(Msg::Welcome(welcome)),
-            })) => self.on_welcome(welcome),
-            Ok(Some(proto::CoordinatorMessage {
-                msg: Some(Msg::Assign(batch)),
-            })) => {
-                if !self.stream.as_ref().is_some_and(|s| s.welcomed) {
-                    warn!("the leader assigned items before Welcome; closing the stream");
-                    self.stream_broke();
-                    self.disconnect("protocol error");
-                    self.schedule_reconnect();
-                    return;
-                }
-                for item in batch.items {
-                    self.admit(Assigned::from(item));
-                }
-            }
-            Ok(Some(proto::CoordinatorMessage {
-                msg: Some(Msg::Revoke(revoke)),
-            })) => {
-                debug!(shards = ?revoke.shards, "shards revoked");
-            }
-            Ok(Some(proto::CoordinatorMessage { msg: None })) => {
-                debug!("ignoring an empty message")
-            }
-            Ok(None) => {
-                info!("the leader closed the stream");
-                self.stream_broke();
-                self.disconnect("stream closed");
-                self.schedule_reconnect();
-            }
-            Err(status) => {
-                warn!(code = ?status.code(), message = status.message(), "stream to the leader broke");
-                self.stream_broke();
-                self.disconnect("stream broke");
-                self.schedule_reconnect();
-            }
-        }
-    }
-
-    fn on_welcome(&mut self, welcome: proto::Welcome) {
-        let Some(stream) = self.stream.as_mut() else {
-            return;
+    /// Opens a stream to `address`, watching only for the worker being killed or the lease being lost
+    /// meanwhile; returns the machine's answer.
+    async fn connect(
+        &mut self,
+        machine: &mut SessionMachine,
+        address: &str,
+        hello: proto::Hello,
+    ) -> Vec<Action> {
+        let lost = self.session.lost();
+        let opened = tokio::select! {
+            biased;
+            () = self.stops.kill.cancelled() => return machine.on_killed(),
+            () = lost.cancelled() => return machine.on_lease_lost(),
+            opened = Connection::open(&self.shared.config.tls, address, hello, CONNECT_TIMEOUT) => opened,
         };
-        if stream.welcomed {
-            warn!("a second Welcome on one stream; ignoring it");
-            return;
-        }
-        if !self.ledger.observe_term(welcome.term) {
-            warn!(
-                term = welcome.term,
-                known_term = self.ledger.known_term(),
-                "welcomed by a leader of an older term; waiting for a newer one"
-            );
-            self.disconnect("stale leader");
-            self.wait_newer_leader = true;
-            return;
-        }
-        stream.welcomed = true;
-        self.shared.cache.set(Arc::new(GrpcCache::new(
-            stream.connection.channel.clone(),
-            self.shared.worker_id.clone(),
-            self.session.lease_id(),
-        )));
-        self.rejected.clear();
-        for rejected in welcome.rejected {
-            warn!(controller = %rejected.controller, reason = %rejected.reason, "the coordinator refused a controller");
-            self.rejected.insert(rejected.controller);
-        }
-        info!(leader = %welcome.leader_id, term = welcome.term, shards = welcome.shards.len(), "welcomed");
-        self.backoff = self.shared.config.reconnect_min;
-        let now = Instant::now();
-        let ready_at = self.stream_health.ready_at(now);
-        if ready_at <= now {
-            self.shared
-                .health
-                .set_ready(true, "connected to the leader");
-        } else {
-            warn!(
-                stable_for = ?ready_at - now,
-                "the stream to the leader keeps breaking; not ready until it stays up"
-            );
-            self.shared
-                .health
-                .set_ready(false, "the stream to the leader keeps breaking");
-            self.ready_at = Some(ready_at);
-        }
-        self.shared.metrics.set_connected(true);
-        if self.draining_until.is_none() {
-            for (controller, n) in self.ledger.initial_credits() {
-                if !self.rejected.contains(&controller) {
-                    self.outbox.credit(&controller, n);
-                }
+        match opened {
+            Ok(connection) => {
+                self.connection = Some(connection);
+                machine.on_connected(address)
             }
+            Err(err) => machine.on_connect_failed(Instant::now(), address, &err),
         }
-        self.flush();
-    }
-
-    fn admit(&mut self, item: Assigned) {
-        let (controller, key, term) = (item.controller.clone(), item.key.clone(), item.term);
-        match self.ledger.admit(item, self.draining_until.is_some()) {
-            Admission::Start(item) => self.spawn(*item),
-            Admission::Queued => {
-                debug!(%controller, %key, "item waits for the running item of its key")
-            }
-            Admission::Refused(reason) => {
-                self.shared.metrics.refused(reason.label());
-                warn!(%controller, %key, term, known_term = self.ledger.known_term(), reason = reason.label(), "refused an item");
-            }
-        }
-    }
-
-    fn on_finished(&mut self, finished: Finished) {
-        let Finished {
-            controller,
-            key,
-            term,
-            item_id,
-            outcome,
-            writes,
-        } = finished;
-        let (held, next) = self.ledger.finish(&controller, &key, term, item_id);
-        if !held {
-            return;
-        }
-        if let Some(stream) = &self.stream {
-            // Before Welcome the Done waits in the outbox; the credit is then part of the initial grant.
-            let welcomed = stream.welcomed;
-            self.outbox.done(proto::Done {
-                item_id,
-                outcome: outcome.kind.into(),
-                requeue_after_ms: outcome.requeue_after_ms,
-                writes: writes.iter().map(wire::write).collect(),
-                error: outcome.error,
-                term,
-            });
-            if welcomed {
-                if self.draining_until.is_none() && !self.rejected.contains(&controller) {
-                    self.outbox.credit(&controller, 1);
-                }
-                if self.outbox.is_full() {
-                    self.flush();
-                } else if self.flush_at.is_none() {
-                    self.flush_at = Some(Instant::now() + FLUSH_INTERVAL);
-                }
-            }
-        }
-        if let Some(next) = next {
-            self.spawn(next);
-        }
-    }
-
-    fn flush(&mut self) {
-        self.flush_at = None;
-        let Some(stream) = self.stream.as_ref().filter(|s| s.welcomed) else {
-            return;
-        };
-        if self.outbox.is_empty() {
-            return;
-        }
-        let sent = self
-            .outbox
-            .take()
-            .into_iter()
-            .all(|message| stream.connection.send(message));
-        if !sent {
-            self.disconnect("stream gone");
-            self.schedule_reconnect();
-        }
-    }
-
-    /// Sends what is pending and closes the stream politely (graceful shutdown).
-    async fn close_stream(&mut self) {
-        self.flush();
-        if let Some(stream) = self.stream.take() {
-            stream.connection.close(CLOSE_TIMEOUT).await;
-        }
-        self.disconnect("shutting down");
-    }
-
-    /// Counts a break of an open stream (see [`StreamHealth`]).
-    fn stream_broke(&mut self) {
-        self.stream_health.broke(Instant::now());
-        self.shared.metrics.stream_broke();
-    }
-
-    fn disconnect(&mut self, reason: &str) {
-        if self.stream.take().is_some() {
-            debug!(reason, "stream to the leader closed");
-        }
-        self.ready_at = None;
-        self.outbox.clear();
-        self.flush_at = None;
-        self.shared.cache.clear();
-        self.shared.metrics.set_connected(false);
-        if self.draining_until.is_none() {
-            self.shared.health.set_ready(false, reason);
-        }
-    }
-
-    fn schedule_reconnect(&mut self) {
-        if self.wait_newer_leader || self.leader.is_none() {
-            return;
-        }
-        self.reconnect_at = Some(Instant::now() + self.backoff);
-        self.backoff = (self.backoff * 2).min(self.shared.config.reconnect_max);
-    }
-
-    fn fence(&mut self) {
-        self.reconciles.cancel();
-        self.ledger.clear();
-        self.disconnect("lease lost");
-        self.shared.metrics.fenced();
-    }
-
-    fn start_draining(&mut self) {
-        self.outbox.drop_credits();
-        let dropped = self.ledger.drop_waiting();
-        info!(
-            running = self.ledger.running(),
-            dropped, "shutting down: no new items, draining"
-        );
-        self.draining_until = Some(Instant::now() + self.shared.config.shutdown_grace_period);
-        self.shared.health.set_ready(false, "shutting down");
-    }
-
-    fn spawn(&self, item: Assigned) {
-        let Some(slot) = self.shared.controllers.get(&item.controller) else {
-            return;
-        };
-        // Exported — the child of the leader's dispatch span, or (a retry, a key the leader did not
-        // trace) a root the sampler keeps — a reconcile is a span of the trace target with no `tracing`
-        // parent: under this session's span every reconcile would join one endless trace. Otherwise it
-        // is a log span under the session span, which the exporter never sees.
-        let traced = item.trace.as_ref().is_some_and(|t| t.parent.is_some()) || sample_new_trace();
-        let span = if traced {
-            reconcile_span!(target: TRACE_TARGET, parent: None, item, self.shared.worker_id)
-        } else {
-            let parent = tracing::Span::current().id();
-            reconcile_span!(parent: parent, item, self.shared.worker_id)
-        };
-        if let Some(trace) = &item.trace {
-            if let Some(dispatch) = &trace.parent {
-                dispatch.set_parent_of(&span);
-            }
-            for merged in &trace.links {
-                merged.link_from(&span);
-            }
-        }
-        // Written here, before the task is spawned: the start line is in the file before the
-        // reconcile can run, and the end line once it ended or was cancelled.
-        let mut journalled = self.journal.clone().map(|journal| {
-            let entry = JournalEntry {
-                key: item.key.clone(),
-                controller: item.controller.clone(),
-                worker: self.shared.worker_id.to_string(),
-                start_ns: reconcile_journal::now_ns(),
-                end_ns: 0,
-                rv: reconcile_journal::resource_version(&item.object),
-                reason: item.reason.to_string(),
-            };
-            journal.append(&entry);
-            (journal, entry)
-        });
-        let cancel = self.reconciles.child_token();
-        let journal = WriteJournal::default();
-        // What the leader could not ship with the item is read through the cache first; the reconcile
-        // then sees the same Context as if it had come with the item.
-        let left_out = prefetch::complete(
-            self.shared.cache.client(),
-            item.object.clone(),
-            item.prefetched,
-            item.prefetch_from_cache,
-        );
-        let (env, controller, ctx_span, ctx_cancel, ctx_journal) = (
-            slot.env.clone(),
-            slot.controller.clone(),
-            span.clone(),
-            cancel.clone(),
-            journal.clone(),
-        );
-        let work = WorkItem {
-            key: item.key.clone(),
-            object: item.object.clone(),
-            attempt: item.attempt,
-            reason: item.reason,
-        };
-        let run = async move {
-            match left_out.await {
-                Ok(prefetched) => {
-                    let ctx = Context::new(env, ctx_journal, prefetched, ctx_span, ctx_cancel);
-                    controller.run(work, ctx).await
-                }
-                Err(err) => Outcome::error(format!("{:#}", anyhow::Error::from(err))),
-            }
-        };
-        let metrics = slot.metrics.clone();
-        let finished_tx = self.finished_tx.clone();
-        let (controller, key, term, item_id) = (item.controller, item.key, item.term, item.item_id);
-        tokio::spawn(
-            async move {
-                metrics.started();
-                let started = Instant::now();
-                let outcome = tokio::select! {
-                    biased;
-                    () = cancel.cancelled() => None,
-                    outcome = run => Some(DoneOutcome::from(outcome)),
-                };
-                if let Some((journal, entry)) = journalled.as_mut() {
-                    entry.end_ns = reconcile_journal::now_ns();
-                    journal.append(entry);
-                }
-                metrics.finished(
-                    outcome.as_ref().map(DoneOutcome::label),
-                    started.elapsed().as_secs_f64(),
-                );
-                tracing::Span::current().record(
-                    "outcome",
-                    outcome.as_ref().map_or("cancelled", DoneOutcome::label),
-                );
-                let Some(outcome) = outcome else {
-                    debug!("reconcile cancelled");
-                    return;
-                };
-                if !outcome.error.is_empty() {
-                    warn!(error = %outcome.error, "reconcile failed");
-                }
-                let writes = journal.take();
-                // A closed channel means the session ended; the item is no longer held by anyone here.
-                let _ = finished_tx
-                    .send(Finished {
-                        controller,
-                        key,
-                        term,
-                        item_id,
-                        outcome,
-                        writes,
-                    })
-                    .await;
-            }
-            .instrument(span),
-        );
     }
 }
 
@@ -778,10 +395,10 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 async fn next_message(
-    stream: &mut Option<LeaderStream>,
+    connection: &mut Option<Connection>,
 ) -> Result<Option<proto::CoordinatorMessage>, tonic::Status> {
-    match stream {
-        Some(stream) => stream.connection.incoming.message().await,
+    match connection {
+        Some(connection) => connection.incoming.message().await,
         None => std::future::pending().await,
     }
 }
