@@ -11,10 +11,9 @@
 //! `<error>` when no response came back (client-go's label for transport errors); client-go's `host`
 //! label is left out because a process talks to one API server.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use futures::future::BoxFuture;
 use http::{Request, Response};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -111,7 +110,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

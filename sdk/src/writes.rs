@@ -1,37 +1,13 @@
 //! The writes of one reconcile, for read-your-writes: the runtime's recording client notes every
 //! object the reconcile created, updated or deleted (kind, key, resourceVersion, operation) in a
 //! [`WriteJournal`], and reports them when the item is done, so the coordinator holds the key back
-//! until its cache has seen them.
+//! until its cache has seen them. [`Write`] itself is the shared vocabulary's (`flotilla-apimachinery`),
+//! the same type the coordinator holds keys by.
 
 use std::sync::Arc;
 
-use flotilla_apimachinery::ResourceKind;
+pub use flotilla_apimachinery::{Write, WriteOp};
 use parking_lot::Mutex;
-
-/// What kind of write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteOp {
-    /// A POST that made an object.
-    Create,
-    /// A PUT or PATCH of an object or one of its subresources.
-    Update,
-    /// A DELETE (which may only have set a deletionTimestamp).
-    Delete,
-}
-
-/// One object a reconcile wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Write {
-    /// The object's kind; its kind name is never empty (the coordinator matches kinds by name too).
-    pub kind: ResourceKind,
-    /// The object's key: `namespace/name`, or `name` when cluster-scoped.
-    pub key: String,
-    /// The resourceVersion the API server answered with; empty when the answer did not carry one (a
-    /// delete answered with a `Status`).
-    pub resource_version: String,
-    /// What the write did.
-    pub op: WriteOp,
-}
 
 /// The writes of one reconcile, shared between its recording client and the runtime; cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -56,6 +32,8 @@ impl WriteJournal {
 
 #[cfg(test)]
 mod tests {
+    use flotilla_apimachinery::ResourceKind;
+
     use super::*;
 
     #[test]

@@ -2,27 +2,20 @@
 //! workqueue and dispatch.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use flotilla_common::{EtcdFlags, LogFormat, kube_config, shutdown_signal};
+use flotilla_common::{SharedFlags, kube_config, shutdown_signal};
 use flotilla_coordinator::{Coordinator, CoordinatorConfig, NamespaceScope, default_identity};
 
 use flotilla_common::parse_duration;
-use flotilla_common::tls::TlsFlags;
 
 /// Flags of `flotilla coordinator`; names follow kube-controller-manager where the meaning is the same.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Kubeconfig of the cluster (default: in-cluster config, then $KUBECONFIG).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// etcd for leadership and shard ownership (--etcd-endpoints, TLS, user, --etcd-prefix).
+    /// --kubeconfig, --etcd-*, --fleet, TLS (workers must present a certificate of --tls-client-ca
+    /// naming their worker id), --log-format, tracing and --check-config, as every worker has them.
     #[command(flatten)]
-    pub etcd: EtcdFlags,
-    /// Fleet name: its etcd keys live under <--etcd-prefix>/<fleet>/.
-    #[arg(long, default_value = "default")]
-    pub fleet: String,
+    pub shared: SharedFlags,
     /// Identity in the election (default: hostname plus a random suffix).
     #[arg(long)]
     pub id: Option<String>,
@@ -105,20 +98,6 @@ pub struct Args {
     /// watched cluster-wide and filtered on arrival (the API server cannot filter by a namespace's labels).
     #[arg(long)]
     pub namespace_selector: Option<String>,
-    /// Mutual TLS of the gRPC port (--tls-cert, --tls-key, --tls-client-ca: workers must present a
-    /// certificate of that CA naming their worker id), or --insecure-plaintext; one is required.
-    #[command(flatten)]
-    pub tls: TlsFlags,
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-    /// OpenTelemetry trace export (--otlp-endpoint, --otlp-protocol, --trace-sample-ratio).
-    #[command(flatten)]
-    pub tracing: flotilla_common::TraceFlags,
-    /// Check the flags as start-up does, print `configuration ok` and exit, touching neither etcd nor
-    /// the Kubernetes API (a --kubeconfig file is read); exit non-zero with the error otherwise.
-    #[arg(long)]
-    pub check_config: bool,
 }
 
 impl Args {
@@ -128,13 +107,13 @@ impl Args {
     /// When `--namespaces` or `--namespace-selector` is malformed, or both are given; when an
     /// `--etcd-*` flag is incomplete or names an unreadable file.
     pub fn config(&self) -> anyhow::Result<CoordinatorConfig> {
-        let mut config = CoordinatorConfig::new(&self.fleet, Vec::new());
-        config.etcd = self.etcd.client_config()?;
+        let mut config = CoordinatorConfig::new(&self.shared.fleet, Vec::new());
+        config.etcd = self.shared.etcd.client_config()?;
         config.id = self
             .id
             .clone()
             .unwrap_or_else(|| default_identity("coordinator"));
-        config.kubeconfig = self.kubeconfig.clone();
+        config.kubeconfig = self.shared.kubeconfig.clone();
         config.listen = self.listen;
         config.advertise = self.advertise.clone();
         config.metrics_listen = self.metrics_listen;
@@ -159,7 +138,7 @@ impl Args {
         config.kube_api_unreachable_timeout = self.kube_api_unreachable_timeout;
         config.namespaces =
             NamespaceScope::from_flags(&self.namespaces, self.namespace_selector.as_deref())?;
-        config.tls = self.tls.server()?;
+        config.tls = self.shared.tls.server()?;
         Ok(config)
     }
 
@@ -171,8 +150,8 @@ impl Args {
     /// The first invalid flag, or an unreadable kubeconfig.
     pub async fn check(&self) -> anyhow::Result<()> {
         self.config()?.validate()?;
-        self.tracing.validate()?;
-        if let Some(path) = &self.kubeconfig {
+        self.shared.tracing.validate()?;
+        if let Some(path) = &self.shared.kubeconfig {
             kube_config(Some(path)).await?;
         }
         Ok(())
@@ -182,15 +161,16 @@ impl Args {
 /// Runs a coordinator until SIGINT/SIGTERM, then steps down (resigning leadership at once); exits with
 /// an error if its leadership loop stops on its own.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    if args.check_config {
+    if args.shared.check_config {
         args.check().await?;
         println!("configuration ok");
         return Ok(());
     }
     let config = args.config()?;
     let identity = flotilla_common::ServiceIdentity::new("flotilla-coordinator", &config.id);
-    let telemetry = flotilla_common::init_telemetry(args.log_format, &args.tracing, &identity)?;
-    args.tls.warn_if_plaintext();
+    let telemetry =
+        flotilla_common::init_telemetry(args.shared.log_format, &args.shared.tracing, &identity)?;
+    args.shared.tls.warn_if_plaintext();
     let coordinator = Coordinator::start(config).await?;
     let failed = tokio::select! {
         () = shutdown_signal() => None,

@@ -1,6 +1,6 @@
 //! The Kubernetes vocabulary every Flotilla crate shares, named after `k8s.io/apimachinery`: resource
-//! kinds and object keys, kinded keys, label selectors, dotted field paths and the finalizers of deletion propagation, and
-//! why a reconcile runs.
+//! kinds and object keys, kinded keys, label selectors, dotted field paths and the finalizers of deletion propagation,
+//! why a reconcile runs and what it wrote.
 //!
 //! It depends on no etcd, gRPC or command-line crate, so the controller SDK (`flotilla-sdk`) can carry
 //! it to custom controllers; the protocol crate maps its types to and from the wire, and
@@ -12,6 +12,7 @@ mod kinded_key;
 mod propagation;
 mod reason;
 mod selector;
+mod write;
 
 #[cfg(test)]
 mod fuzz_tests;
@@ -22,3 +23,4 @@ pub use kinded_key::KindedKey;
 pub use propagation::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
 pub use reason::Reason;
 pub use selector::{LabelSelector, SelectorError};
+pub use write::{Write, WriteOp};

@@ -71,7 +71,10 @@ impl Routes {
             .filter_map(|(_, role)| match role {
                 Role::Mapped {
                     primary,
-                    rule: MappingRule::Selector(path),
+                    rule:
+                        MappingRule::Selector {
+                            selector_path: path,
+                        },
                 } => Some((primary.clone(), path.clone())),
                 _ => None,
             })
@@ -141,7 +144,7 @@ fn map_related(
             }
         }
         MappingRule::Field {
-            name_path,
+            field_path: name_path,
             namespace_path,
         } => {
             let Some(name) = object.string_at(name_path) else {
@@ -161,7 +164,9 @@ fn map_related(
                 store.keys().into_iter().for_each(emit);
             }
         }
-        MappingRule::Selector(path) => {
+        MappingRule::Selector {
+            selector_path: path,
+        } => {
             let slot = (primary.clone(), path.clone());
             if !selectors.contains_key(&slot) {
                 let Some(store) = informers.store(primary) else {
@@ -243,7 +248,7 @@ mod tests {
 
     fn field(name_path: &str, namespace_path: Option<&str>) -> MappingRule {
         MappingRule::Field {
-            name_path: name_path.into(),
+            field_path: name_path.into(),
             namespace_path: namespace_path.map(str::to_owned),
         }
     }
@@ -443,7 +448,12 @@ mod tests {
         let mut routes = Routes::default();
         routes.add(&spec(
             services.clone(),
-            vec![(pods.clone(), MappingRule::Selector("spec.selector".into()))],
+            vec![(
+                pods.clone(),
+                MappingRule::Selector {
+                    selector_path: "spec.selector".into(),
+                },
+            )],
         ));
         let pod = object(
             &pods,

@@ -81,30 +81,9 @@ pub struct Held {
     pub term: u64,
 }
 
-/// How events of a related kind become keys of a controller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MappingRule {
-    /// The object's controller ownerReference, when it names the primary kind (and, for a namespaced
-    /// primary, the object is namespaced: a namespaced owner shares its dependent's namespace).
-    Owner,
-    /// Primary objects in the same namespace whose selector at this path matches the object's labels.
-    Selector(String),
-    /// The primary object named by the string at `name_path`, in the namespace at `namespace_path`
-    /// (`None`: the object's own). A cluster-scoped primary is named by the name alone.
-    Field {
-        name_path: String,
-        namespace_path: Option<String>,
-    },
-    /// Every primary object.
-    FanOut,
-}
-
-/// A related kind and its rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapping {
-    pub kind: ResourceKind,
-    pub rule: MappingRule,
-}
+/// How events of a related kind become keys of a controller, and its rule: the protocol crate's types,
+/// so the coordinator and the workers name every field of a mapping alike.
+pub use flotilla_proto::spec::{Mapping, MappingRule};
 
 /// What a controller's keys name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,23 +138,9 @@ pub enum Outcome {
     Error,
 }
 
-/// What a reconcile wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteOp {
-    Create,
-    Update,
-    Delete,
-}
-
-/// An object a reconcile wrote, for read-your-writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Write {
-    pub kind: ResourceKind,
-    pub key: String,
-    /// The resourceVersion the API server returned; `None` for a delete that returned a Status.
-    pub resource_version: Option<u64>,
-    pub op: WriteOp,
-}
+/// An object a reconcile wrote, for read-your-writes: the shared vocabulary's type, as the worker's
+/// recording client made it (its resourceVersion is compared as [`Write::revision`]).
+pub use flotilla_common::{Write, WriteOp};
 
 /// A finished item.
 #[derive(Debug, Clone)]
@@ -221,8 +186,7 @@ pub enum ConvertError {
     Invalid { field: &'static str, reason: String },
 }
 
-fn kind(k: Option<proto::ResourceKind>, field: &'static str) -> Result<ResourceKind, ConvertError> {
-    let k: ResourceKind = k.ok_or(ConvertError::Missing(field))?.into();
+fn valid_kind(k: ResourceKind, field: &'static str) -> Result<ResourceKind, ConvertError> {
     k.validate()
         .map_err(|reason| ConvertError::Invalid { field, reason })?;
     Ok(k)
@@ -272,34 +236,28 @@ fn field_path(path: &str, field: &'static str) -> Result<(), ConvertError> {
 }
 
 /// A mapping's rule, its paths checked.
-fn mapping_rule(rule: Option<proto::mapping::Rule>) -> Result<MappingRule, ConvertError> {
-    Ok(match rule {
-        Some(proto::mapping::Rule::Owner(_)) => MappingRule::Owner,
-        Some(proto::mapping::Rule::Selector(r)) => {
-            field_path(&r.selector_path, "mapping.selector_path")?;
-            MappingRule::Selector(r.selector_path)
+fn mapping_rule(rule: &MappingRule) -> Result<(), ConvertError> {
+    match rule {
+        MappingRule::Owner | MappingRule::FanOut => {}
+        MappingRule::Selector { selector_path } => {
+            field_path(selector_path, "mapping.selector_path")?;
         }
-        Some(proto::mapping::Rule::Field(r)) => {
-            field_path(&r.field_path, "mapping.field_path")?;
-            let namespace_path = if r.namespace_path.is_empty() {
-                None
-            } else {
-                field_path(&r.namespace_path, "mapping.namespace_path")?;
-                Some(r.namespace_path)
-            };
-            MappingRule::Field {
-                name_path: r.field_path,
-                namespace_path,
+        MappingRule::Field {
+            field_path: name_path,
+            namespace_path,
+        } => {
+            field_path(name_path, "mapping.field_path")?;
+            if let Some(namespace_path) = namespace_path {
+                field_path(namespace_path, "mapping.namespace_path")?;
             }
         }
-        Some(proto::mapping::Rule::FanOut(_)) => MappingRule::FanOut,
-        None => return Err(ConvertError::Missing("mapping.rule")),
-    })
+    }
+    Ok(())
 }
 
 /// A spec's named indexes: at most [`MAX_INDEXES`], each with a valid kind and path and a name that is
 /// a DNS-1123 label, not a built-in index's, and not declared twice for one kind.
-fn indexes(declared: Vec<proto::IndexSpec>) -> Result<Vec<IndexSpec>, ConvertError> {
+fn indexes(declared: Vec<proto::spec::IndexSpec>) -> Result<Vec<IndexSpec>, ConvertError> {
     at_most(&declared, MAX_INDEXES, "spec.indexes")?;
     let mut out: Vec<IndexSpec> = Vec::with_capacity(declared.len());
     for i in declared {
@@ -315,7 +273,7 @@ fn indexes(declared: Vec<proto::IndexSpec>) -> Result<Vec<IndexSpec>, ConvertErr
             ));
         }
         field_path(&i.field_path, "index.field_path")?;
-        let kind = kind(i.kind, "index.kind")?;
+        let kind = valid_kind(i.kind, "index.kind")?;
         if out.iter().any(|o| o.kind == kind && o.name == i.name) {
             return Err(invalid(
                 "index.name",
@@ -334,75 +292,80 @@ fn indexes(declared: Vec<proto::IndexSpec>) -> Result<Vec<IndexSpec>, ConvertErr
 impl TryFrom<proto::ControllerSpec> for ControllerSpec {
     type Error = ConvertError;
 
+    /// Decodes with the protocol's codec (an unset kind or rule is [`ConvertError::Missing`]), then
+    /// checks the decoded spec as the conversion from `proto::spec::Spec` does. Specs loaded from etcd
+    /// go through here too.
+    fn try_from(s: proto::ControllerSpec) -> Result<Self, ConvertError> {
+        let spec = proto::spec::Spec::try_from(s)
+            .map_err(|proto::spec::SpecError::Missing(field)| ConvertError::Missing(field))?;
+        Self::try_from(spec)
+    }
+}
+
+impl TryFrom<proto::spec::Spec> for ControllerSpec {
+    type Error = ConvertError;
+
     /// Checks every field: a name that is a DNS-1123 label, at most [`MAX_CONTROLLERS`] mappings and
     /// kinds of each sort, a resync in [`RESYNC_RANGE`] (or none), a rate limiter within bounds, named
-    /// indexes as [`indexes`] checks them. Specs loaded from etcd go through here too.
-    fn try_from(s: proto::ControllerSpec) -> Result<Self, ConvertError> {
+    /// indexes as [`indexes`] checks them.
+    fn try_from(s: proto::spec::Spec) -> Result<Self, ConvertError> {
         controller_name(&s.name, "spec.name")?;
         at_most(&s.mappings, MAX_CONTROLLERS, "spec.mappings")?;
         at_most(&s.prefetch_owned, MAX_CONTROLLERS, "spec.prefetch_owned")?;
         at_most(&s.watches, MAX_CONTROLLERS, "spec.watches")?;
-        let resync = match s.resync_seconds {
-            0 => None,
-            secs => {
-                let resync = Duration::from_secs(secs);
-                if !RESYNC_RANGE.contains(&resync) {
-                    return Err(invalid(
-                        "spec.resync_seconds",
-                        format!("must be 0 (none) or 1 to 86400 seconds, not {secs}"),
-                    ));
-                }
-                Some(resync)
-            }
-        };
-        if Duration::from_millis(s.backoff_base_ms) > MAX_BACKOFF
-            || Duration::from_millis(s.backoff_max_ms) > MAX_BACKOFF
+        if let Some(resync) = s.resync
+            && !RESYNC_RANGE.contains(&resync)
+        {
+            return Err(invalid(
+                "spec.resync_seconds",
+                format!(
+                    "must be 0 (none) or 1 to 86400 seconds, not {}",
+                    resync.as_secs()
+                ),
+            ));
+        }
+        let limits = s.rate_limits;
+        if limits.backoff_base.is_some_and(|d| d > MAX_BACKOFF)
+            || limits.backoff_max.is_some_and(|d| d > MAX_BACKOFF)
         {
             return Err(invalid(
                 "spec.backoff_ms",
                 "backoff delays must be at most a day",
             ));
         }
-        if s.bucket_qps != 0.0 && !BUCKET_QPS_RANGE.contains(&s.bucket_qps) {
+        if let Some(qps) = limits.bucket_qps
+            && !BUCKET_QPS_RANGE.contains(&qps)
+        {
             return Err(invalid(
                 "spec.bucket_qps",
-                format!(
-                    "must be 0 (default) or 0.01 to 100000, not {}",
-                    s.bucket_qps
-                ),
+                format!("must be 0 (default) or 0.01 to 100000, not {qps}"),
             ));
         }
-        if s.bucket_burst > MAX_BUCKET_BURST {
+        if let Some(burst) = limits.bucket_burst
+            && burst > MAX_BUCKET_BURST
+        {
             return Err(invalid(
                 "spec.bucket_burst",
-                format!("must be at most {MAX_BUCKET_BURST}, not {}", s.bucket_burst),
+                format!("must be at most {MAX_BUCKET_BURST}, not {burst}"),
             ));
         }
         let mut mappings = Vec::with_capacity(s.mappings.len());
         for m in s.mappings {
-            let rule = mapping_rule(m.rule)?;
+            mapping_rule(&m.rule)?;
             mappings.push(Mapping {
-                kind: kind(m.kind, "mapping.kind")?,
-                rule,
+                kind: valid_kind(m.kind, "mapping.kind")?,
+                rule: m.rule,
             });
         }
         let defaults = ControllerRateLimiterConfig::default();
         let rate_limiter = ControllerRateLimiterConfig {
             backoff: ExponentialBackoffConfig {
-                base_delay: nonzero_ms(s.backoff_base_ms).unwrap_or(defaults.backoff.base_delay),
-                max_delay: nonzero_ms(s.backoff_max_ms).unwrap_or(defaults.backoff.max_delay),
+                base_delay: limits.backoff_base.unwrap_or(defaults.backoff.base_delay),
+                max_delay: limits.backoff_max.unwrap_or(defaults.backoff.max_delay),
             },
             bucket: BucketConfig {
-                qps: if s.bucket_qps > 0.0 {
-                    s.bucket_qps
-                } else {
-                    defaults.bucket.qps
-                },
-                burst: if s.bucket_burst > 0 {
-                    s.bucket_burst
-                } else {
-                    defaults.bucket.burst
-                },
+                qps: limits.bucket_qps.unwrap_or(defaults.bucket.qps),
+                burst: limits.bucket_burst.unwrap_or(defaults.bucket.burst),
             },
         };
         rate_limiter.validate().map_err(|e| ConvertError::Invalid {
@@ -411,31 +374,26 @@ impl TryFrom<proto::ControllerSpec> for ControllerSpec {
         })?;
         Ok(Self {
             name: s.name,
-            primary: if s.owner_graph {
-                Primary::OwnerGraph
-            } else {
-                Primary::Kind(kind(s.primary, "spec.primary")?)
+            primary: match s.primary {
+                None => Primary::OwnerGraph,
+                Some(kind) => Primary::Kind(valid_kind(kind, "spec.primary")?),
             },
             mappings,
             prefetch_owned: s
                 .prefetch_owned
                 .into_iter()
-                .map(|k| kind(Some(k), "spec.prefetch_owned"))
+                .map(|k| valid_kind(k, "spec.prefetch_owned"))
                 .collect::<Result<_, _>>()?,
             watches: s
                 .watches
                 .into_iter()
-                .map(|k| kind(Some(k), "spec.watches"))
+                .map(|k| valid_kind(k, "spec.watches"))
                 .collect::<Result<_, _>>()?,
-            resync,
+            resync: s.resync,
             rate_limiter,
             indexes: indexes(s.indexes)?,
         })
     }
-}
-
-fn nonzero_ms(ms: u64) -> Option<Duration> {
-    (ms > 0).then(|| Duration::from_millis(ms))
 }
 
 impl Hello {
@@ -580,20 +538,15 @@ impl TryFrom<proto::Done> for Done {
             .writes
             .into_iter()
             .map(|w| {
-                let op = match proto::WriteOp::try_from(w.op) {
-                    Ok(proto::WriteOp::Create) => WriteOp::Create,
-                    Ok(proto::WriteOp::Update) => WriteOp::Update,
-                    Ok(proto::WriteOp::Delete) => WriteOp::Delete,
-                    _ => {
-                        return Err(ConvertError::Invalid {
-                            field: "write.op",
-                            reason: format!("unknown op {}", w.op),
-                        });
+                let w = Write::try_from(w).map_err(|e| match e {
+                    proto::WriteError::UnknownOp(op) => {
+                        invalid("write.op", format!("unknown op {op}"))
                     }
-                };
+                    proto::WriteError::MissingKind => ConvertError::Missing("write.kind"),
+                })?;
                 // resourceVersions are opaque by contract but etcd revisions in every etcd-backed API
                 // server; one that is not a number cannot be compared, so it gets no read-your-writes
-                // hold (the write is still applied, only not waited for).
+                // hold (the write is still applied, only not waited for: see `Write::revision`).
                 if w.resource_version.len() > MAX_RESOURCE_VERSION_BYTES {
                     return Err(invalid(
                         "write.resource_version",
@@ -601,13 +554,8 @@ impl TryFrom<proto::Done> for Done {
                     ));
                 }
                 key(&w.key, "write.key")?;
-                let resource_version = w.resource_version.parse().ok();
-                Ok(Write {
-                    kind: kind(w.kind, "write.kind")?,
-                    key: w.key,
-                    resource_version,
-                    op,
-                })
+                valid_kind(w.kind.clone(), "write.kind")?;
+                Ok(w)
             })
             .partition(Result::is_ok);
         let mut error = d.error;

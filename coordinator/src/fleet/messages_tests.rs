@@ -26,7 +26,7 @@ fn a_done_with_an_unreadable_write_still_finishes_and_names_the_write() {
     })
     .unwrap();
     assert_eq!(done.writes.len(), 1);
-    assert_eq!(done.writes[0].resource_version, Some(7));
+    assert_eq!(done.writes[0].revision(), Some(7));
     assert_eq!(done.invalid_writes.len(), 1);
 }
 
@@ -293,11 +293,11 @@ fn fan_out_and_field_rules_with_or_without_a_namespace_path_convert() {
         [
             MappingRule::FanOut,
             MappingRule::Field {
-                name_path: "data.node".into(),
+                field_path: "data.node".into(),
                 namespace_path: None
             },
             MappingRule::Field {
-                name_path: "data.name".into(),
+                field_path: "data.name".into(),
                 namespace_path: Some("data.namespace".into())
             },
         ]
@@ -340,7 +340,7 @@ fn an_old_workers_field_rule_without_a_namespace_path_decodes_as_same_namespace(
     assert_eq!(
         spec.mappings[0].rule,
         MappingRule::Field {
-            name_path: "metadata.name".into(),
+            field_path: "metadata.name".into(),
             namespace_path: None
         }
     );

@@ -1,64 +1,46 @@
-//! Controller specs as stored in etcd (`controllers/<name>`): the protocol's `ControllerSpec`, encoded.
+//! Controller specs as stored in etcd (`controllers/<name>`): the protocol's `ControllerSpec`, encoded with
+//! the protocol crate's codec (`flotilla_proto::spec`), the one the workers' Hellos are made with.
 
 use flotilla_proto as proto;
 use prost::Message;
 
-use super::messages::{ControllerSpec, MappingRule, Primary};
+use super::messages::{ControllerSpec, Primary};
 
-/// Encodes a spec for etcd.
+/// Encodes a spec for etcd. What it decodes to again is `ControllerSpec::try_from` the decoded message.
 pub fn encode(spec: &ControllerSpec) -> Vec<u8> {
-    let mappings = spec
-        .mappings
-        .iter()
-        .map(|m| proto::Mapping {
-            kind: Some((&m.kind).into()),
-            rule: Some(match &m.rule {
-                MappingRule::Owner => proto::mapping::Rule::Owner(proto::OwnerRule {}),
-                MappingRule::Selector(path) => {
-                    proto::mapping::Rule::Selector(proto::SelectorRule {
-                        selector_path: path.clone(),
-                    })
-                }
-                MappingRule::Field {
-                    name_path,
-                    namespace_path,
-                } => proto::mapping::Rule::Field(proto::FieldRule {
-                    field_path: name_path.clone(),
-                    namespace_path: namespace_path.clone().unwrap_or_default(),
-                }),
-                MappingRule::FanOut => proto::mapping::Rule::FanOut(proto::FanOutRule {}),
-            }),
-        })
-        .collect();
-    let indexes = spec
-        .indexes
-        .iter()
-        .map(|i| proto::IndexSpec {
-            kind: Some((&i.kind).into()),
-            name: i.name.clone(),
-            field_path: i.field_path.clone(),
-        })
-        .collect();
+    proto::ControllerSpec::from(&to_wire(spec)).encode_to_vec()
+}
+
+/// The spec in the codec's terms: the resolved rate limiter goes out in full, so a later leader need
+/// not know which parts were defaults.
+fn to_wire(spec: &ControllerSpec) -> proto::spec::Spec {
     let limiter = spec.rate_limiter;
-    let (primary, owner_graph) = match &spec.primary {
-        Primary::Kind(kind) => (Some(kind.into()), false),
-        Primary::OwnerGraph => (None, true),
-    };
-    proto::ControllerSpec {
+    proto::spec::Spec {
         name: spec.name.clone(),
-        primary,
-        owner_graph,
-        mappings,
-        prefetch_owned: spec.prefetch_owned.iter().map(Into::into).collect(),
-        watches: spec.watches.iter().map(Into::into).collect(),
-        resync_seconds: spec.resync.map_or(0, |d| d.as_secs()),
-        backoff_base_ms: u64::try_from(limiter.backoff.base_delay.as_millis()).unwrap_or(u64::MAX),
-        backoff_max_ms: u64::try_from(limiter.backoff.max_delay.as_millis()).unwrap_or(u64::MAX),
-        bucket_qps: limiter.bucket.qps,
-        bucket_burst: limiter.bucket.burst,
-        indexes,
+        primary: match &spec.primary {
+            Primary::Kind(kind) => Some(kind.clone()),
+            Primary::OwnerGraph => None,
+        },
+        mappings: spec.mappings.clone(),
+        prefetch_owned: spec.prefetch_owned.clone(),
+        watches: spec.watches.clone(),
+        resync: spec.resync,
+        rate_limits: proto::spec::RateLimits {
+            backoff_base: Some(limiter.backoff.base_delay),
+            backoff_max: Some(limiter.backoff.max_delay),
+            bucket_qps: Some(limiter.bucket.qps),
+            bucket_burst: Some(limiter.bucket.burst),
+        },
+        indexes: spec
+            .indexes
+            .iter()
+            .map(|i| proto::spec::IndexSpec {
+                kind: i.kind.clone(),
+                name: i.name.clone(),
+                field_path: i.field_path.clone(),
+            })
+            .collect(),
     }
-    .encode_to_vec()
 }
 
 #[cfg(test)]
@@ -68,7 +50,7 @@ mod tests {
     use flotilla_common::ResourceKind;
 
     use super::*;
-    use crate::fleet::messages::Mapping;
+    use crate::fleet::messages::{Mapping, MappingRule};
 
     #[test]
     fn a_spec_survives_the_round_trip_through_etcd() {
@@ -130,7 +112,7 @@ mod tests {
                 Mapping {
                     kind: pv,
                     rule: MappingRule::Field {
-                        name_path: "spec.claimRef.name".into(),
+                        field_path: "spec.claimRef.name".into(),
                         namespace_path: Some("spec.claimRef.namespace".into()),
                     },
                 },

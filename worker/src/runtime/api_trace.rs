@@ -6,11 +6,10 @@
 //! The layer sits above the rate limiter: the span includes the wait for a token, which is where a
 //! throttled reconcile spends its time. With tracing off it passes requests through untouched.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use flotilla_common::{TRACE_TARGET, tracing_enabled};
+use futures::future::BoxFuture;
 use http::{Request, Response};
 use tower::{Layer, Service};
 use tracing::{Instrument, field, info_span};
@@ -42,7 +41,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

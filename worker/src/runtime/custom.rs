@@ -62,16 +62,16 @@ async fn run_as(
     controllers: Vec<DynController>,
     service: &str,
 ) -> anyhow::Result<()> {
-    if flags.check_config {
+    if flags.shared.check_config {
         flags.check(&controllers).await?;
-        flags.tracing.validate()?;
+        flags.shared.tracing.validate()?;
         println!("configuration ok");
         return Ok(());
     }
     let config = flags.to_config().await?;
     let identity = ServiceIdentity::new(service, &config.worker_id);
-    let telemetry = init_telemetry(flags.log_format, &flags.tracing, &identity)?;
-    flags.tls.warn_if_plaintext();
+    let telemetry = init_telemetry(flags.shared.log_format, &flags.shared.tracing, &identity)?;
+    flags.shared.tls.warn_if_plaintext();
     let result = run(config, controllers, shutdown_signal()).await;
     // The spans of the last reconciles go out before the process exits.
     telemetry.shutdown().await;

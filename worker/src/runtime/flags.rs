@@ -6,10 +6,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flotilla_common::{EtcdFlags, LogFormat, SessionConfig, kube_config};
+use flotilla_common::{SessionConfig, SharedFlags, kube_config};
 use rand::Rng;
 
-use flotilla_common::tls::TlsFlags;
 use flotilla_sdk::DynController;
 
 use super::config::WorkerConfig;
@@ -18,15 +17,10 @@ use super::worker::check_controllers;
 /// Shared worker flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerFlags {
-    /// Kubeconfig file; without it: in-cluster configuration, then $KUBECONFIG / ~/.kube/config.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// etcd for the worker's lease and registration (--etcd-endpoints, TLS, user, --etcd-prefix).
+    /// --kubeconfig, --etcd-*, --fleet, TLS, --log-format, tracing and --check-config, as the
+    /// coordinator has them.
     #[command(flatten)]
-    pub etcd: EtcdFlags,
-    /// The fleet to join (its etcd keys live under <--etcd-prefix>/<fleet>/).
-    #[arg(long, default_value = "default")]
-    pub fleet: String,
+    pub shared: SharedFlags,
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(long, default_value = "0.0.0.0:10258")]
     pub metrics_listen: SocketAddr,
@@ -53,25 +47,11 @@ pub struct WorkerFlags {
     /// How long SIGTERM lets running reconciles finish before cancelling them.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace_period: Duration,
-    /// Mutual TLS to the coordinators (--tls-cert, --tls-key, --tls-client-ca, --tls-server-name), or
-    /// --insecure-plaintext; one of the two is required.
-    #[command(flatten)]
-    pub tls: TlsFlags,
-    /// Log line format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-    /// OpenTelemetry trace export (--otlp-endpoint, --otlp-protocol, --trace-sample-ratio).
-    #[command(flatten)]
-    pub tracing: flotilla_common::TraceFlags,
     /// Test and benchmark aid: append one JSON line per reconcile start and end (key, controller,
     /// worker, start/end ns, the primary's resourceVersion) to this file, for checking that no key was
     /// reconciled twice at once and none was lost.
     #[arg(long, hide = true)]
     pub reconcile_journal: Option<PathBuf>,
-    /// Check the flags as start-up does, print `configuration ok` and exit, touching neither etcd nor
-    /// the Kubernetes API (a --kubeconfig file is read); exit non-zero with the error otherwise.
-    #[arg(long)]
-    pub check_config: bool,
 }
 
 impl WorkerFlags {
@@ -80,7 +60,7 @@ impl WorkerFlags {
     /// # Errors
     /// When no Kubernetes configuration can be loaded.
     pub async fn to_config(&self) -> anyhow::Result<WorkerConfig> {
-        let kube = kube_config(self.kubeconfig.as_deref()).await?;
+        let kube = kube_config(self.shared.kubeconfig.as_deref()).await?;
         self.config_with(kube)
     }
 
@@ -92,7 +72,7 @@ impl WorkerFlags {
     /// # Errors
     /// The first invalid flag, an unreadable kubeconfig, or unfit controllers.
     pub async fn check(&self, controllers: &[DynController]) -> anyhow::Result<()> {
-        let kube = match &self.kubeconfig {
+        let kube = match &self.shared.kubeconfig {
             Some(path) => kube_config(Some(path)).await?,
             None => kube::Config::new(http::Uri::from_static("https://kubernetes.default.svc")),
         };
@@ -105,8 +85,8 @@ impl WorkerFlags {
     /// When an `--etcd-*` flag is incomplete or names an unreadable file.
     fn config_with(&self, kube: kube::Config) -> anyhow::Result<WorkerConfig> {
         let worker_id = self.worker_id.clone().unwrap_or_else(default_worker_id);
-        let mut config = WorkerConfig::new(&worker_id, &self.fleet, Vec::new(), kube);
-        config.etcd = self.etcd.client_config()?;
+        let mut config = WorkerConfig::new(&worker_id, &self.shared.fleet, Vec::new(), kube);
+        config.etcd = self.shared.etcd.client_config()?;
         config.kube_api_qps = self.kube_api_qps;
         config.kube_api_burst = self.kube_api_burst;
         config.session = SessionConfig {
@@ -118,7 +98,7 @@ impl WorkerFlags {
         };
         config.shutdown_grace_period = self.shutdown_grace_period;
         config.metrics_listen = Some(self.metrics_listen);
-        config.tls = self.tls.client()?;
+        config.tls = self.shared.tls.client()?;
         config.reconcile_journal = self.reconcile_journal.clone();
         Ok(config)
     }
@@ -192,8 +172,11 @@ mod tests {
     fn defaults_match_kube_controller_manager_and_the_design() {
         let cli =
             Cli::try_parse_from(["w", "--etcd-endpoints", "http://a:2379,http://b:2379"]).unwrap();
-        assert_eq!(cli.flags.etcd.endpoints, ["http://a:2379", "http://b:2379"]);
-        assert_eq!(cli.flags.etcd.prefix, "/flotilla");
+        assert_eq!(
+            cli.flags.shared.etcd.endpoints,
+            ["http://a:2379", "http://b:2379"]
+        );
+        assert_eq!(cli.flags.shared.etcd.prefix, "/flotilla");
         assert_eq!(cli.flags.kube_api_qps, 20.0);
         assert_eq!(cli.flags.kube_api_burst, 30);
         assert_eq!(cli.flags.lease_ttl, Duration::from_secs(5));
@@ -220,7 +203,7 @@ mod tests {
             "--check-config",
         ];
         let cli = Cli::try_parse_from(argv.iter().chain(args)).unwrap();
-        assert!(cli.flags.check_config);
+        assert!(cli.flags.shared.check_config);
         futures::executor::block_on(cli.flags.check(controllers))
     }
 

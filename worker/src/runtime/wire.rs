@@ -3,70 +3,58 @@
 //! protocol form, and the SDK never sees the protocol.
 
 use flotilla_proto as proto;
+use flotilla_proto::spec as wire;
 use flotilla_sdk::Action;
-use flotilla_sdk::host::{ControllerSpec, MappingRule, Outcome, Write, WriteOp};
+use flotilla_sdk::host::{ControllerSpec, MappingRule, Outcome, Write};
 
-/// The spec sent in Hello.
+/// The spec sent in Hello, through the protocol crate's codec (the one the coordinator decodes with).
+/// The SDK's `reads` are the protocol's `watches`; the rate limiter is left to the fleet's default.
 pub(crate) fn spec(spec: &ControllerSpec) -> proto::ControllerSpec {
     let mappings = spec
         .mappings
         .iter()
-        .map(|m| proto::Mapping {
-            kind: Some((&m.kind).into()),
-            rule: Some(match &m.rule {
-                MappingRule::Owner => proto::mapping::Rule::Owner(proto::OwnerRule {}),
-                MappingRule::Selector { selector_path } => {
-                    proto::mapping::Rule::Selector(proto::SelectorRule {
-                        selector_path: selector_path.clone(),
-                    })
-                }
+        .map(|m| wire::Mapping {
+            kind: m.kind.clone(),
+            rule: match &m.rule {
+                MappingRule::Owner => wire::MappingRule::Owner,
+                MappingRule::Selector { selector_path } => wire::MappingRule::Selector {
+                    selector_path: selector_path.clone(),
+                },
                 MappingRule::Field {
                     field_path,
                     namespace_path,
-                } => proto::mapping::Rule::Field(proto::FieldRule {
+                } => wire::MappingRule::Field {
                     field_path: field_path.clone(),
-                    namespace_path: namespace_path.clone().unwrap_or_default(),
-                }),
-                MappingRule::FanOut => proto::mapping::Rule::FanOut(proto::FanOutRule {}),
-            }),
+                    namespace_path: namespace_path.clone(),
+                },
+                MappingRule::FanOut => wire::MappingRule::FanOut,
+            },
         })
         .collect();
     let indexes = spec
         .indexes
         .iter()
-        .map(|i| proto::IndexSpec {
-            kind: Some((&i.kind).into()),
+        .map(|i| wire::IndexSpec {
+            kind: i.kind.clone(),
             name: i.name.clone(),
             field_path: i.field_path.clone(),
         })
         .collect();
-    proto::ControllerSpec {
+    proto::ControllerSpec::from(&wire::Spec {
         name: spec.name.clone(),
-        primary: spec.primary.as_ref().map(Into::into),
-        owner_graph: spec.owner_graph(),
+        primary: spec.primary.clone(),
         mappings,
-        prefetch_owned: spec.prefetch_owned.iter().map(Into::into).collect(),
-        watches: spec.reads.iter().map(Into::into).collect(),
-        // The protocol counts whole seconds; a sub-second period still resyncs, every second.
-        resync_seconds: spec.resync.map_or(0, |d| d.as_secs().max(1)),
+        prefetch_owned: spec.prefetch_owned.clone(),
+        watches: spec.reads.clone(),
+        resync: spec.resync,
+        rate_limits: wire::RateLimits::default(),
         indexes,
-        ..Default::default()
-    }
+    })
 }
 
 /// One write as Done reports it.
 pub(crate) fn write(w: &Write) -> proto::Write {
-    let op = match w.op {
-        WriteOp::Create => proto::WriteOp::Create,
-        WriteOp::Update => proto::WriteOp::Update,
-        WriteOp::Delete => proto::WriteOp::Delete,
-    };
-    proto::Write {
-        kind: Some((&w.kind).into()),
-        key: w.key.clone(),
-        resource_version: w.resource_version.clone(),
-        op: op.into(),
-    }
+    w.into()
 }
 
 /// How one reconcile ended, as reported in `Done`.
@@ -118,7 +106,7 @@ mod tests {
     use std::time::Duration;
 
     use flotilla_common::ResourceKind;
-    use flotilla_sdk::host::Mapping;
+    use flotilla_sdk::host::{Mapping, WriteOp};
 
     use super::*;
 
