@@ -309,7 +309,16 @@ impl Process {
     /// Campaign, lead, step down, repeat — until `stop`.
     async fn lead(self, stop: CancellationToken) {
         let keys = self.config.etcd.fleet_keys(&self.config.fleet);
-        let election = Election::new(self.etcd.clone(), keys.election());
+        let election = match self.config.etcd.connect_for_campaigns().await {
+            Ok(client) => {
+                Election::new(self.etcd.clone(), keys.election()).campaigning_with(client)
+            }
+            Err(err) => {
+                warn!(error = %err, "cannot open the etcd connection for campaigns; campaigning on the \
+                    one with request timeouts, which a standby's wait outlasts");
+                Election::new(self.etcd.clone(), keys.election())
+            }
+        };
         let info = LeaderInfo {
             id: self.config.id.clone(),
             address: self.config.advertise_address(),
@@ -404,7 +413,8 @@ impl Process {
             let elected = match elected {
                 Ok(elected) => elected,
                 Err(err) => {
-                    warn!(error = %err, "campaign failed; retrying");
+                    let cause = std::error::Error::source(&err).map(ToString::to_string);
+                    warn!(error = %err, cause, "campaign failed; retrying");
                     // The campaign key may be in etcd on this session's lease, ahead of every later
                     // campaign: left to expire, it would hold the next election up for a lease TTL
                     // after etcd returns.

@@ -1,7 +1,10 @@
 //! Leader failover: a crashed leader is replaced within its lease plus 2 s; a leader stopped with SIGTERM
-//! resigns and hands over in under a second.
+//! resigns and hands over in under a second; a standby keeps its place in the election however long it
+//! waits.
 
 use std::time::{Duration, Instant};
+
+use flotilla_common::{FleetKeys, connect_etcd};
 
 use super::common::{JOURNAL_LABEL, create_configmaps, journal_worker, leader_id, reconciled};
 use super::journal::now_ns;
@@ -105,4 +108,74 @@ async fn a_leader_stopped_with_sigterm_resigns_and_a_standby_leads_within_a_seco
 
     create_configmaps(&client, &ns, "after", 1, JOURNAL_LABEL).await;
     reconciled(&journal, &format!("{ns}/after-0"), Duration::from_secs(15)).await;
+}
+
+/// A standby's campaign waits on etcd for as long as the leader lives. Cut off by the etcd client's
+/// request timeout (5 s), it lost its key and its place in line, and a candidate that came later could
+/// lead before it. Now nothing under the election prefix changes while the leader lives, and when it
+/// crashes, the standby that waited longest leads.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_keeps_its_place_in_the_election_past_the_etcd_request_timeout() {
+    let cluster = TestCluster::start().await;
+    let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
+    let keys = FleetKeys::new(&fleet.name);
+    let mut c0 = fleet.coordinator("c0", &[]);
+    assert_eq!(leader_id(&fleet).await, "c0");
+    let _c1 = fleet.coordinator("c1", &[]);
+    let etcd = connect_etcd(&cluster.etcd_endpoints()).await.unwrap();
+    let prefix = format!("{}/", keys.election());
+    wait_for(Duration::from_secs(30), "c1's campaign key", || async {
+        (candidates(&etcd, &prefix).await == 2).then_some(())
+    })
+    .await;
+
+    // Past the request timeout, twice over: no campaign is cut off, so no key is deleted or rewritten.
+    let mut events = etcd
+        .clone()
+        .watch(
+            prefix.as_str(),
+            Some(etcd_client::WatchOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let first_change = async {
+        loop {
+            match events.message().await {
+                // The watch's creation, or progress: no event.
+                Ok(Some(response)) if response.events().is_empty() => {}
+                other => return other,
+            }
+        }
+    };
+    let quiet = tokio::time::timeout(Duration::from_secs(11), first_change).await;
+    assert!(
+        quiet.is_err(),
+        "the election changed while its leader lived: {quiet:?}"
+    );
+
+    let _c2 = fleet.coordinator("c2", &[]);
+    wait_for(Duration::from_secs(30), "c2's campaign key", || async {
+        (candidates(&etcd, &prefix).await == 3).then_some(())
+    })
+    .await;
+    c0.kill9().await;
+    let next = wait_for(LEASE * 4, "a new leader", || async {
+        fleet
+            .leader()
+            .await
+            .map(|l| l.info.id)
+            .filter(|id| id != "c0")
+    })
+    .await;
+    assert_eq!(next, "c1", "the standby that waited longest leads");
+}
+
+/// Keys under the election `prefix`: one per candidate.
+async fn candidates(etcd: &etcd_client::Client, prefix: &str) -> usize {
+    etcd.clone()
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap()
+        .kvs()
+        .len()
 }

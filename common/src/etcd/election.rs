@@ -49,6 +49,8 @@ pub enum ElectionError {
 #[derive(Clone)]
 pub struct Election {
     client: Client,
+    /// The client campaigns go through; `client` unless [`Election::campaigning_with`].
+    campaign_client: Client,
     name: String,
 }
 
@@ -68,7 +70,21 @@ impl Elected {
 impl Election {
     /// The election `name` (see [`crate::FleetKeys::election`]).
     pub fn new(client: Client, name: String) -> Self {
-        Self { client, name }
+        Self {
+            campaign_client: client.clone(),
+            client,
+            name,
+        }
+    }
+
+    /// Campaigns through `client`, one without a request timeout
+    /// ([`crate::EtcdClientConfig::connect_for_campaigns`]): a campaign waits for as long as another
+    /// process leads, and one cut off by a timeout loses its place in line (etcd deletes the key of a
+    /// cancelled campaign), so a standby could be overtaken by a candidate that came after it.
+    #[must_use]
+    pub fn campaigning_with(mut self, client: Client) -> Self {
+        self.campaign_client = client;
+        self
     }
 
     /// Waits until this process leads, then returns its term.
@@ -85,7 +101,7 @@ impl Election {
         info: &LeaderInfo,
     ) -> Result<Elected, ElectionError> {
         let value = serde_json::to_vec(info).map_err(ElectionError::BadValue)?;
-        let mut client = self.client.clone();
+        let mut client = self.campaign_client.clone();
         let lost = session.lost();
         let response = tokio::select! {
             biased;

@@ -18,6 +18,14 @@ pub const DEFAULT_ETCD_PREFIX: &str = "/flotilla";
 /// loaded etcd is not mistaken for a misconfigured one.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How often an idle connection to etcd is pinged (HTTP/2 keep-alive). etcd refuses pings more often
+/// than its `--grpc-keepalive-min-time` (5 s by default): it counts them as abuse and closes the
+/// connection, cutting every call on it — a campaign waiting its turn, a watch without events.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The longest one etcd request may take before the client gives up on it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Errors of the `--etcd-*` flags, found before anything connects.
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdOptionsError {
@@ -417,10 +425,16 @@ impl EtcdClientConfig {
     /// etcd-client's options: timeouts and keep-alive as Flotilla always used them, TLS, and the user
     /// (whose token is refreshed when etcd expires it, as a long-lived process needs).
     pub fn connect_options(&self) -> ConnectOptions {
+        self.options(Some(REQUEST_TIMEOUT))
+    }
+
+    fn options(&self, request_timeout: Option<Duration>) -> ConnectOptions {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(3))
-            .with_timeout(Duration::from_secs(5))
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+            .with_keep_alive(KEEP_ALIVE_INTERVAL, Duration::from_secs(5));
+        if let Some(timeout) = request_timeout {
+            options = options.with_timeout(timeout);
+        }
         if let Some(tls) = self.tls_options() {
             options = options.with_tls(tls);
         }
@@ -430,6 +444,22 @@ impl EtcdClientConfig {
                 .with_auto_token_refresh(true);
         }
         options
+    }
+
+    /// A client for the one call that waits on purpose, an election campaign (it returns when this
+    /// process leads, after any time): as [`EtcdClientConfig::connect`]'s, but without the
+    /// [`REQUEST_TIMEOUT`], which would cut a waiting campaign off, and with it the candidate's place
+    /// in line (etcd deletes the key of a cancelled campaign). A lost etcd still ends a campaign: the
+    /// session's keep-alive notices it. Dials lazily, as `connect` does before its probe.
+    ///
+    /// # Errors
+    /// [`EtcdConnectError`] for bad options, or a user etcd refuses.
+    pub async fn connect_for_campaigns(&self) -> Result<Client, EtcdConnectError> {
+        self.validate()?;
+        let range = format!("{}/", self.prefix());
+        Client::connect(&self.endpoints, Some(self.options(None)))
+            .await
+            .map_err(|err| self.classify(&err, &range))
     }
 
     /// Connects without checking that etcd answers (the client dials lazily), except that with a
