@@ -59,7 +59,8 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Kube
 }
 
 /// Builds a client from [`kube_config`] for `component` (its User-Agent, see [`crate::user_agent`])
-/// that counts every request it sends into `requests`.
+/// that counts every request it sends into `requests`, and whose streamed lists are consistent reads
+/// ([`crate::consistent_watch_lists`]).
 ///
 /// # Errors
 /// See [`KubeConfigError`].
@@ -73,5 +74,8 @@ pub async fn counted_kube_client(
     Ok(builder
         .with_layer(&crate::RequestCountLayer::new(requests))
         .with_layer(&crate::UserAgentLayer::new(component))
+        .with_layer(&tower::util::MapRequestLayer::new(
+            crate::consistent_watch_lists::<kube::client::Body>,
+        ))
         .build())
 }

@@ -4,6 +4,7 @@
 //! vocabulary (kinds, keys, label selectors, reasons).
 
 mod api_verb;
+mod consistent_watch_list;
 mod duration;
 mod etcd;
 mod flapping;
@@ -14,6 +15,7 @@ mod names;
 mod ops_server;
 mod process_metrics;
 mod request_count;
+mod shared_flags;
 mod shutdown;
 mod telemetry;
 pub mod tls;
@@ -22,6 +24,7 @@ mod trace_export;
 mod user_agent;
 
 pub use api_verb::verb_and_resource;
+pub use consistent_watch_list::consistent_watch_lists;
 pub use duration::{DurationError, parse_duration};
 pub use etcd::{
     DEFAULT_ETCD_PREFIX, Elected, Election, ElectionError, EtcdClientConfig, EtcdConnectError,
@@ -36,6 +39,7 @@ pub use names::{validate_label, validate_subdomain};
 pub use ops_server::{Health, OpsServer, OpsServerError};
 pub use process_metrics::register_process_metrics;
 pub use request_count::{RequestCountLayer, RequestCounter};
+pub use shared_flags::SharedFlags;
 pub use shutdown::shutdown_signal;
 pub use telemetry::{LogFormat, Telemetry, init_logging, init_telemetry};
 pub use trace_context::{TRACE_TARGET, TraceContext, sample_new_trace, tracing_enabled};
@@ -45,5 +49,5 @@ pub use user_agent::{UserAgent, UserAgentLayer, user_agent};
 // The shared Kubernetes vocabulary, re-exported so both roles keep naming it `flotilla_common::…`.
 pub use flotilla_apimachinery::{
     BUILTIN_INDEXES, FOREGROUND_FINALIZER, KindedKey, LabelSelector, ORPHAN_FINALIZER, Reason,
-    ResourceKind, SelectorError, split_key, string_at, value_at,
+    ResourceKind, SelectorError, Write, WriteOp, split_key, string_at, value_at,
 };

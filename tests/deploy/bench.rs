@@ -2,7 +2,8 @@
 //! starts its own etcd, devcluster with simulated nodes, coordinator and worker (or, with
 //! `FLOTILLA_TEST_KUBECONFIG`, its fleet on that cluster), runs 3 Jobs of 2 pods to completion — or
 //! flips the readiness of a Service's pods — and writes a report that parses and says so. `flotilla
-//! bench chaos` runs a short fault schedule on a devcluster of its own and finds no violation.
+//! bench chaos` runs a short fault schedule on a devcluster of its own and finds no violation, and
+//! `flotilla bench scale` measures a small cluster.
 
 use std::time::Duration;
 
@@ -231,4 +232,69 @@ async fn bench_chaos_survives_kills_cuts_and_an_etcd_restart_with_no_violation()
     assert!(markdown.contains("--seed 20"), "{markdown}");
     assert!(!markdown.contains("<!-- old -->"), "{markdown}");
     assert!(markdown.ends_with("## Fuzzing\n\nkept\n"), "{markdown}");
+}
+
+/// `flotilla bench scale` at CI size: 300 pods and 20 Deployments over 3 namespaces, one failover per
+/// standby mode. Every figure is measured: each kind listed on the cold start, the forced relist
+/// listed every kind again, and each failover ended in a dispatch by the new leader. It compacts the
+/// devcluster's etcd and cuts the leader's API link, so it runs on the devcluster only.
+#[tokio::test]
+async fn bench_scale_measures_cold_start_relist_and_failover_and_plots_them() {
+    if is_external() {
+        eprintln!(
+            "skipped: bench scale compacts its own etcd, which a given cluster does not let it"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output_path = dir.path().join("scale.json");
+    let plot_path = dir.path().join("scale.svg");
+    let mut args: Vec<String> = [
+        "bench",
+        "scale",
+        "--pods",
+        "300",
+        "--deployments",
+        "20",
+        "--namespaces",
+        "3",
+        "--failovers",
+        "1",
+        "--timeout",
+        "60s",
+        "--output",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    args.push(output_path.display().to_string());
+    args.push("--plot".to_owned());
+    args.push(plot_path.display().to_string());
+    let output = run_bench(args).await;
+    assert!(output.status.success(), "{}", describe(&output));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&output_path).unwrap()).unwrap();
+    let readings = &report["readings"];
+    let synced = readings["kind_synced_s"].as_object().unwrap();
+    for kind in ["apps/v1/deployments", "apps/v1/replicasets", "v1/pods"] {
+        assert!(
+            synced[kind].as_f64().is_some_and(|s| s > 0.0),
+            "{kind} listed on the cold start: {report:#}"
+        );
+    }
+    assert!(
+        readings["relist_peak_mib"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
+    for mode in ["failover_cold_s", "failover_hot_s"] {
+        let times = readings[mode].as_array().unwrap();
+        assert_eq!(times.len(), 1, "{mode}: {report:#}");
+        assert!(times[0].as_f64().unwrap() > 0.0, "{mode}: {report:#}");
+    }
+    assert!(
+        readings["redispatch_keys"].as_u64().unwrap() >= 40,
+        "every Deployment and ReplicaSet re-dispatched by the new leader: {report:#}"
+    );
+    let svg = std::fs::read_to_string(&plot_path).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("relist"), "{svg}");
 }

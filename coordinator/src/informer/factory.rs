@@ -49,6 +49,9 @@ struct Inner {
     /// The named indexes controllers declared; every store of a declared kind keeps them. Locked
     /// after `running` where both are.
     indexes: Mutex<Declarations>,
+    /// Whether the API server streams lists, asked once by the first informer to start (see
+    /// `watch_list`).
+    streams_lists: Arc<tokio::sync::OnceCell<bool>>,
 }
 
 struct Running {
@@ -122,6 +125,7 @@ impl Informers {
                 scope,
                 matching: Mutex::new(None),
                 indexes: Mutex::default(),
+                streams_lists: Arc::default(),
             }),
         }
     }
@@ -226,8 +230,21 @@ impl Informers {
             .set_named_indexes(&self.inner.indexes.lock().of_kind(kind));
         let span = tracing::info_span!("informer", kind = %kind);
         tracing::info!(%kind, metadata_only, "starting informer");
-        let (parts, matching, make) = self.streams(kind, metadata_only);
-        tokio::spawn(run_scoped_informer(state, parts, matching, make, cancel).instrument(span));
+        let informers = self.clone();
+        let kind = kind.clone();
+        let run = async move {
+            let asked = informers.inner.streams_lists.get_or_init(|| {
+                super::watch_list::server_streams_lists(&informers.inner.client, &kind)
+            });
+            let streams_lists = tokio::select! {
+                () = cancel.cancelled() => return,
+                streams = asked => *streams,
+            };
+            let (parts, matching, make) = informers.streams(&kind, metadata_only, streams_lists);
+            drop(informers);
+            run_scoped_informer(state, parts, matching, make, cancel).await;
+        };
+        tokio::spawn(run.instrument(span));
     }
 
     /// What the informer of `kind` lists: its parts, the matching-namespace set it filters by, and the
@@ -236,6 +253,7 @@ impl Informers {
         &self,
         kind: &ResourceKind,
         metadata_only: bool,
+        streams_lists: bool,
     ) -> (
         Vec<Option<String>>,
         Option<MatchingNamespaces>,
@@ -265,17 +283,20 @@ impl Informers {
         let listed = parts.clone();
         let typed = kind.clone();
         let make = move || -> PartEvents {
-            // The default config asks for bookmarks and pages lists by 500 like client-go.
+            // The default config asks for bookmarks and pages lists by 500 like client-go; where
+            // the server streams lists, the list comes as the watch's initial events instead.
+            let base = if streams_lists {
+                watcher::Config::default().streaming_lists()
+            } else {
+                watcher::Config::default()
+            };
             let streams = listed.iter().enumerate().map(|(i, part)| {
                 // Which objects the part covers: every one, one namespace's, or (a Namespace of
                 // the list) the one object of that name.
                 let (namespace, config) = match part {
-                    None => (None, watcher::Config::default()),
-                    Some(ns) if namespaced => (Some(ns.as_str()), watcher::Config::default()),
-                    Some(ns) => (
-                        None,
-                        watcher::Config::default().fields(&format!("metadata.name={ns}")),
-                    ),
+                    None => (None, base.clone()),
+                    Some(ns) if namespaced => (Some(ns.as_str()), base.clone()),
+                    Some(ns) => (None, base.clone().fields(&format!("metadata.name={ns}"))),
                 };
                 if metadata_only {
                     let typed = typed.clone();

@@ -17,6 +17,7 @@ mod scope;
 mod store;
 mod subscriber;
 mod watch;
+mod watch_list;
 
 pub use discovery::deletable_resources;
 pub use error::InformerError;

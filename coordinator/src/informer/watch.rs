@@ -224,7 +224,11 @@ impl Task {
                 self.listings[part].clear();
             }
             watcher::Event::InitApply(object) => {
-                if let Some(object) = self.parse(object)
+                let listed = match self.cached_as_listed(&object) {
+                    Some(cached) => Some(cached),
+                    None => self.parse(object),
+                };
+                if let Some(object) = listed
                     && self.in_scope(&object)
                 {
                     self.listings[part].push(object);
@@ -276,6 +280,25 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// The cached object `listed` is the same version of — same UID, same numeric resourceVersion,
+    /// same form (whole or metadata only) — so a relist holds one copy of what did not change, not
+    /// two: the listing shares the cache's objects, and only changed ones are parsed anew. `None`
+    /// when it is not cached, changed, or has no numeric resourceVersion (compared by content then).
+    fn cached_as_listed(&self, listed: &DynamicObject) -> Option<Arc<CachedObject>> {
+        let meta = &listed.metadata;
+        let key = self
+            .state
+            .kind
+            .object_key(meta.namespace.as_deref(), meta.name.as_deref()?);
+        let cached = self.state.store.get(&key)?;
+        let same = cached.resource_version != 0
+            && meta.uid.as_deref() == Some(cached.uid.as_str())
+            && meta.resource_version.as_deref()
+                == Some(cached.resource_version.to_string().as_str())
+            && cached.partial == self.state.metadata_only;
+        same.then_some(cached)
     }
 
     fn parse(&mut self, object: DynamicObject) -> Option<Arc<CachedObject>> {
@@ -531,6 +554,39 @@ mod tests {
             ]
         );
         assert_eq!(store.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_relist_keeps_the_cached_copy_of_what_did_not_change_and_parses_what_did() {
+        let (state, mut rx) = state();
+        let store = state.store.clone();
+        let mut changed = pod("b", 2);
+        changed.metadata.resource_version = Some("7".to_owned());
+        let stream = futures::stream::iter([
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(pod("a", 1))),
+            Ok(watcher::Event::InitApply(pod("b", 2))),
+            Ok(watcher::Event::InitDone),
+            Err(gone()),
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(pod("a", 1))),
+            Ok(watcher::Event::InitApply(changed)),
+            Ok(watcher::Event::InitDone),
+        ]);
+        run_informer(state, stream, CancellationToken::new()).await;
+        let first: Vec<Arc<CachedObject>> = std::iter::from_fn(|| rx.try_recv().ok())
+            .filter_map(|e| match e {
+                InformerEvent::Applied { new, .. } => Some(new),
+                _ => None,
+            })
+            .collect();
+        let (a, b) = (&first[0], &first[1]);
+        assert!(
+            Arc::ptr_eq(a, &store.get("ns/a").unwrap()),
+            "the unchanged object is the copy cached before the relist"
+        );
+        assert!(!Arc::ptr_eq(b, &store.get("ns/b").unwrap()));
+        assert_eq!(store.get("ns/b").unwrap().resource_version, 7);
     }
 
     #[tokio::test]

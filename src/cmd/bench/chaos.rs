@@ -20,11 +20,11 @@
 //! It prints a report, writes it as JSON (`--output`) and into the `## Chaos` section of
 //! RELIABILITY.md (`--reliability`), and fails when an invariant was violated.
 
-mod fleet;
+pub(super) mod fleet;
 mod journal;
 mod report;
 mod rollouts;
-mod schedule;
+pub(super) mod schedule;
 mod surge;
 
 use std::path::PathBuf;

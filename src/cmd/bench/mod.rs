@@ -6,7 +6,7 @@
 //! an idle fleet's processes cost; `scaleout` what more workers buy an I/O-bound controller; `memory`
 //! what the coordinator's caches cost; `chaos` whether the fleet keeps its promises while workers,
 //! leaders, links and etcd break on a seeded schedule; `bounds` what one controller's queue costs at
-//! a million keys.
+//! a million keys; `scale` the coordinator at 100,000 pods.
 
 mod bounds;
 mod chaos;
@@ -24,6 +24,7 @@ mod otlp_sink;
 mod process_stats;
 mod rollout;
 mod run_report;
+mod scale;
 mod scaleout;
 
 use std::path::Path;
@@ -60,6 +61,9 @@ enum Bench {
     Chaos(chaos::ChaosArgs),
     /// Time and memory of one controller's workqueue at a million keys.
     Bounds(bounds::BoundsArgs),
+    /// The coordinator at 100,000 pods and 10,000 Deployments: memory per object, cold start, the
+    /// peak of a forced relist, failover with a cold and a hot standby.
+    Scale(scale::ScaleArgs),
 }
 
 /// Runs a benchmark.
@@ -82,6 +86,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Bench::Memory(args) => memory::run(args).await,
         Bench::Bounds(args) => bounds::run(args).await,
         Bench::Chaos(args) => chaos::run(args).await,
+        Bench::Scale(args) => scale::run(args).await,
     }
 }
 

@@ -8,6 +8,8 @@
 //! A killed process is started again in its slot, on the same proxies, under a new identity
 //! (`worker-<slot>-<incarnation>`), so the reconcile journal tells its lives apart. Every process
 //! is stopped when the fleet is dropped; [`ChaosFleet::keep_logs`] keeps their logs.
+//!
+//! `bench scale` uses it too, for its standby coordinators, its leader kills and its cut API links.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -32,7 +34,7 @@ pub(super) const NAMESPACE: &str = "chaos";
 
 /// What to start.
 #[derive(Debug, Clone)]
-pub(super) struct Shape {
+pub(in crate::cmd::bench) struct Shape {
     pub name: String,
     pub coordinators: usize,
     pub workers: usize,
@@ -64,7 +66,7 @@ struct Slot {
 }
 
 /// The running fleet; see the module documentation.
-pub(super) struct ChaosFleet {
+pub(in crate::cmd::bench) struct ChaosFleet {
     /// A client of the API server, directly (never cut).
     pub client: kube::Client,
     flotilla: PathBuf,
@@ -231,7 +233,10 @@ impl ChaosFleet {
     }
 
     /// Starts the next life of coordinator slot `c`.
-    fn start_coordinator(&mut self, c: usize) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    /// When it cannot be started.
+    pub fn start_coordinator(&mut self, c: usize) -> anyhow::Result<()> {
         let dir = self.dir()?;
         let slot = &self.coordinators[c];
         let id = format!("coordinator-{c}-{}", slot.lives);
@@ -312,6 +317,51 @@ impl ChaosFleet {
             .ok()
             .flatten()
             .map(|l| l.info.id)
+    }
+
+    /// The coordinator process of slot `c`, while it runs.
+    pub fn coordinator(&self, c: usize) -> Option<&Child> {
+        self.coordinators.get(c).and_then(|s| s.process.as_ref())
+    }
+
+    /// The fleet as its leader reports it (`flotilla status`).
+    ///
+    /// # Errors
+    /// When no leader answers.
+    pub async fn status(&self) -> anyhow::Result<flotilla_proto::StatusResponse> {
+        crate::cmd::status::fetch(&self.etcd.endpoints(), &self.shape.name).await
+    }
+
+    /// The slot of the coordinator that leads now.
+    pub async fn leader_slot(&self) -> Option<usize> {
+        let leader = self.leader().await?;
+        self.coordinators.iter().position(|s| s.id == leader)
+    }
+
+    /// Replaces the further flags of every coordinator, for its next life.
+    pub fn set_coordinator_flags(&mut self, flags: Vec<String>) {
+        self.shape.coordinator_flags = flags;
+    }
+
+    /// Stops coordinator slot `c` as an operator would (SIGTERM: a leader resigns at once); it stays
+    /// stopped until [`ChaosFleet::start_coordinator`].
+    pub fn stop_coordinator(&mut self, c: usize) {
+        drop(self.coordinators[c].process.take());
+    }
+
+    /// Compacts etcd at its current revision through the devcluster (`POST /flotilla/v1/compact`):
+    /// a watch that resumes from an older resourceVersion is then answered 410 Gone, and relists.
+    ///
+    /// # Errors
+    /// When the devcluster refuses.
+    pub async fn compact(&self) -> anyhow::Result<()> {
+        let request = kube::core::Request::new("/flotilla/v1/compact")
+            .create(&PostParams::default(), Vec::new())?;
+        self.client
+            .request_text(request)
+            .await
+            .context("the devcluster did not compact")?;
+        Ok(())
     }
 
     /// kill -9 the leader and start it again; returns the identity killed, `None` when no

@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 /// A link between two processes of the fleet, each through a proxy of its own (the worker ↔
 /// coordinator link: the connections of that worker's process on every coordinator's proxy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Link {
+pub(in crate::cmd::bench) enum Link {
     /// Worker slot ↔ the coordinators (its Dispatch stream and Cache reads).
     WorkerCoordinator(usize),
     /// Worker slot ↔ etcd (its lease).
