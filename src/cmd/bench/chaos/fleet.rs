@@ -343,6 +343,14 @@ impl ChaosFleet {
         self.shape.coordinator_flags = flags;
     }
 
+    /// kill -9 coordinator slot `c`, as a crash would; it stays stopped until
+    /// [`ChaosFleet::start_coordinator`].
+    pub fn kill_coordinator(&mut self, c: usize) {
+        if let Some(mut process) = self.coordinators[c].process.take() {
+            process.kill9();
+        }
+    }
+
     /// Stops coordinator slot `c` as an operator would (SIGTERM: a leader resigns at once); it stays
     /// stopped until [`ChaosFleet::start_coordinator`].
     pub fn stop_coordinator(&mut self, c: usize) {

@@ -221,7 +221,7 @@ async fn failover(
     .await?;
     settle(fleet, leader, bound, |_| true).await?;
     let killed = Instant::now();
-    fleet.kill_leader().await?;
+    fleet.kill_coordinator(leader);
     let process = fleet.coordinator(standby).context("the standby is gone")?;
     let first = poll_until(
         process,
@@ -232,6 +232,11 @@ async fn failover(
     )
     .await?;
     let seconds = killed.elapsed().as_secs_f64();
+    // The killed one comes back as the next standby.
+    fleet.start_coordinator(leader)?;
+    let process = fleet
+        .coordinator(standby)
+        .context("the new leader is gone")?;
     if !hot {
         return Ok((seconds, None));
     }
