@@ -130,8 +130,10 @@ impl Informers {
         }
     }
 
-    /// Starts the informer of `kind` unless it runs already (idempotent). The task lists, then
-    /// watches from the list's resourceVersion with bookmarks, relists on 410 Gone and retries
+    /// Starts the informer of `kind` unless it runs already (idempotent). The task lists (streamed as
+    /// the watch's initial events where the server offers it, see `watch_list`; in pages of 500
+    /// elsewhere), then watches from the list's resourceVersion with bookmarks, relists on 410 Gone
+    /// and retries
     /// failures with kube-rs's default backoff (0.8 s doubling to 30 s) until [`Informers::shutdown`].
     /// A kind the API server does not serve stays unsynced, and its informer stops once it has
     /// answered only 404 for the unserved bound ([`InformerStatus::unserved`]); `ensure` leaves it
