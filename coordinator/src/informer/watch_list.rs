@@ -28,9 +28,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Whether the API server streams lists: a watch of `kind` with `sendInitialEvents=true` that matches
 /// no object must answer with the bookmark that ends the initial events. Any error, a stream that
-/// ends or stays silent for [`PROBE_TIMEOUT`] without it, means no.
+/// ends or stays silent for [`PROBE_TIMEOUT`] without it, means no. A namespaced kind is asked in the
+/// `default` namespace only: a server may read every object of the collection to find that none
+/// matches, and one namespace keeps that small however large the cluster.
 pub(crate) async fn server_streams_lists(client: &kube::Client, kind: &ResourceKind) -> bool {
-    let url = <DynamicObject as kube::Resource>::url_path(&kind.api_resource(), None);
+    let namespace = kind.namespaced.then_some("default");
+    let url = <DynamicObject as kube::Resource>::url_path(&kind.api_resource(), namespace);
     // Timeouts fit a u32 of seconds.
     let params = WatchParams::streaming_lists()
         .fields("metadata.name=flotilla-watch-list-probe")
