@@ -4,11 +4,13 @@
 //!
 //! [`Spec`] has the wire's fields under the wire's names, in domain types (kinds, durations, options
 //! for "unset"). Decoding checks only structure (every kind and rule present); what a coordinator
-//! accepts (names, bounds, paths) is its own policy, checked on the decoded [`Spec`].
+//! accepts (names, bounds, paths) is its own policy, checked on the decoded [`Spec`]. Its mappings
+//! and indexes are `flotilla-apimachinery`'s types, the ones the SDK declares, re-exported here.
 
 use std::time::Duration;
 
 use flotilla_apimachinery::ResourceKind;
+pub use flotilla_apimachinery::{IndexSpec, Mapping, MappingRule};
 
 use crate::mapping::Rule;
 
@@ -47,48 +49,6 @@ pub struct RateLimits {
     pub bucket_qps: Option<f64>,
     /// Burst of the overall bucket.
     pub bucket_burst: Option<u32>,
-}
-
-/// How events of one related kind become keys of a controller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapping {
-    /// The kind whose events are mapped.
-    pub kind: ResourceKind,
-    /// How an object of that kind names the keys.
-    pub rule: MappingRule,
-}
-
-/// The rule of a [`Mapping`]; the protocol documents each (`fleet.proto`, `Mapping`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MappingRule {
-    /// The object's controller ownerReference, if it is of the primary kind.
-    Owner,
-    /// Primary objects in the object's namespace whose selector at `selector_path` matches its labels.
-    Selector {
-        /// Dotted path of the selector in the primary object, e.g. `spec.selector`.
-        selector_path: String,
-    },
-    /// The primary object named by the string at `field_path`, in the namespace at `namespace_path`.
-    Field {
-        /// Dotted path of the primary's name in the related object.
-        field_path: String,
-        /// Dotted path of the primary's namespace in the related object; `None` (empty on the wire):
-        /// the related object's own.
-        namespace_path: Option<String>,
-    },
-    /// Every primary object.
-    FanOut,
-}
-
-/// A named index of the cache: the objects of `kind` by the string at `field_path`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexSpec {
-    /// The kind indexed.
-    pub kind: ResourceKind,
-    /// The index's name.
-    pub name: String,
-    /// Dotted path of the indexed string.
-    pub field_path: String,
 }
 
 /// Why a wire spec does not decode.

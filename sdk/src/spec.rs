@@ -1,10 +1,12 @@
 //! What a controller declares to the fleet: its primary kind, how events of other kinds map to its
-//! keys, what ships with each item, what it reads from the cache and how often it resyncs. The SDK's
-//! own types; the worker runtime turns them into the protocol's `ControllerSpec` at its edge.
+//! keys, what ships with each item, what it reads from the cache and how often it resyncs. The
+//! mappings and indexes are `flotilla-apimachinery`'s, the types the protocol carries; the worker
+//! runtime turns the rest into the protocol's `ControllerSpec` at its edge.
 
 use std::time::Duration;
 
 use flotilla_apimachinery::ResourceKind;
+pub use flotilla_apimachinery::{IndexSpec, Mapping, MappingRule};
 
 /// A controller's declaration, built by [`crate::Controller`] and read by the runtime through
 /// [`crate::DynController::spec`].
@@ -58,56 +60,6 @@ impl ControllerSpec {
             .chain(&self.reads)
             .chain(self.indexes.iter().map(|i| &i.kind))
     }
-}
-
-/// How events of one related kind become keys of a controller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapping {
-    /// The kind whose events are mapped.
-    pub kind: ResourceKind,
-    /// How an object of that kind names the keys.
-    pub rule: MappingRule,
-}
-
-/// The rule of a [`Mapping`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MappingRule {
-    /// The object's controller ownerReference, if it is of the primary kind. A cluster-scoped primary
-    /// may own objects of any scope; a namespaced primary owns only objects of its namespace.
-    Owner,
-    /// Every primary object in the same namespace whose label selector at `selector_path` (a map of
-    /// labels or a `LabelSelector`) matches the object's labels.
-    Selector {
-        /// Dotted path of the selector in the primary object, e.g. `spec.selector`.
-        selector_path: String,
-    },
-    /// The primary object named by the object's `field_path`, in the namespace at `namespace_path`
-    /// (by default the object's own; ignored for a cluster-scoped primary).
-    Field {
-        /// Dotted path of the primary's name in the related object, e.g. `metadata.name`.
-        field_path: String,
-        /// Dotted path of the primary's namespace in the related object (e.g.
-        /// `spec.claimRef.namespace`); `None`: the related object's own namespace, so nothing when it
-        /// is cluster-scoped and the primary is namespaced.
-        namespace_path: Option<String>,
-    },
-    /// Every primary object: an event on any object of the kind concerns them all (a Node → every
-    /// DaemonSet).
-    FanOut,
-}
-
-/// A named index of the cache: the objects of `kind` by the string at `field_path`, listed with
-/// [`CacheQuery::index`](crate::CacheQuery::index)`(name, value)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexSpec {
-    /// The kind indexed.
-    pub kind: ResourceKind,
-    /// The index's name: a DNS-1123 label, not one of the built-in indexes (`namespace`, `owner-uid`,
-    /// `node-name`).
-    pub name: String,
-    /// Dotted path of the indexed string, e.g. `spec.volumeName`; objects without a non-empty string
-    /// there are not in the index.
-    pub field_path: String,
 }
 
 #[cfg(test)]

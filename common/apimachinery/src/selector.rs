@@ -7,13 +7,24 @@ use std::str::FromStr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
 
+mod grammar;
+
 /// Why a selector could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
-    /// A comma-separated part of the string form is empty (`a=b,,c`).
-    #[error("empty requirement in label selector {0:?}")]
-    EmptyRequirement(String),
-    /// Parentheses do not pair up.
+    /// The string form breaks kube-apiserver's grammar: `found` (a token, empty at the end of the
+    /// string) stands where `expected` should. Printed in kube-apiserver's words; every such error but
+    /// one expecting [`Expected::CommaOrEnd`] is inside a requirement (which kube-apiserver prefixes
+    /// with `unable to parse requirement: `).
+    #[error("found '{found}', expected: {expected}")]
+    Unexpected {
+        /// The token found.
+        found: String,
+        /// What the grammar allows there.
+        expected: Expected,
+    },
+    /// A value list is not closed before the end of the string (`a in (x`). kube-apiserver words it as
+    /// the [`SelectorError::Unexpected`] end of string where `,` or `)` should be.
     #[error("unbalanced parentheses in label selector {0:?}")]
     UnbalancedParentheses(String),
     /// The key is not a valid label key (`[prefix/]name`).
@@ -33,26 +44,6 @@ pub enum SelectorError {
         key: String,
         /// The offending value.
         value: String,
-    },
-    /// What follows the key is not an operator this grammar knows.
-    #[error(
-        "unexpected {rest:?} after key {key:?} in label selector: expected `=`, `==`, `!=`, `in (…)`, `notin (…)` or nothing"
-    )]
-    UnexpectedOperator {
-        /// The key before the garbage.
-        key: String,
-        /// The rest of the requirement.
-        rest: String,
-    },
-    /// `in` / `notin` without a parenthesised list.
-    #[error("{operator} for key {key:?} needs a parenthesised list of values, got {rest:?}")]
-    MissingValueList {
-        /// The key.
-        key: String,
-        /// `in`, `notin`, `In` or `NotIn`.
-        operator: String,
-        /// What was found instead.
-        rest: String,
     },
     /// matchExpressions In/NotIn without values (the string form's `in ()` is `in ("")`).
     #[error("{operator} for key {key:?} needs at least one value")]
@@ -91,6 +82,34 @@ pub enum SelectorError {
     MalformedJson(String),
 }
 
+/// What the string form's grammar allows where [`SelectorError::Unexpected`] found something else;
+/// printed as kube-apiserver words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// A key or a value.
+    Identifier,
+    /// The end of a requirement: `,` or the end of the string.
+    CommaOrEnd,
+    /// The next value of a list, or its end: `,` or `)`.
+    CommaOrClose,
+    /// An operator after a key.
+    Operator,
+    /// The `(` of a value list.
+    OpenParen,
+}
+
+impl fmt::Display for Expected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Identifier => "identifier",
+            Self::CommaOrEnd => "',' or 'end of string'",
+            Self::CommaOrClose => "',' or ')'",
+            Self::Operator => "in, notin, =, ==, !=, gt, lt",
+            Self::OpenParen => "'('",
+        })
+    }
+}
+
 /// What a requirement demands of one label.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Operator {
@@ -113,9 +132,21 @@ struct Requirement {
     op: Operator,
 }
 
+/// A set of labels a selector is matched against: a map from key to value.
+pub trait LabelSet {
+    /// The value of label `key`, if the set has it.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelSet for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
 impl Requirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
+    fn matches(&self, labels: &(impl LabelSet + ?Sized)) -> bool {
+        let value = labels.label(&self.key);
         match &self.op {
             Operator::In(values) => value.is_some_and(|v| values.contains(v)),
             Operator::NotIn(values) => value.is_none_or(|v| !values.contains(v)),
@@ -187,23 +218,17 @@ impl LabelSelector {
         }
     }
 
-    /// Parses the string form: comma-separated requirements `k=v`, `k==v`, `k!=v`, `k in (v1,v2)`,
-    /// `k notin (v1)`, `k` (exists), `!k` (does not exist) and `k>n` / `k<n` (the label's value is
-    /// an integer above / below `n`). An empty or all-blank string selects
-    /// everything.
+    /// Parses the string form, by kube-apiserver's grammar (`labels.Parse`): comma-separated
+    /// requirements `k=v`, `k==v`, `k!=v`, `k in (v1,v2)`, `k notin (v1)`, `k` (exists), `!k` (does not
+    /// exist) and `k>n` / `k<n` (the label's value is an integer above / below `n`). A value may be
+    /// empty (`k=`, `k in ()`, `k in (,v)`). An empty or all-blank string selects everything.
     ///
     /// # Errors
-    /// [`SelectorError`] naming the requirement that is malformed: empty parts, unbalanced
-    /// parentheses, invalid keys or values, unknown operators, `>` / `<` without an integer.
+    /// The first thing kube-apiserver would refuse, in its order: [`SelectorError::Unexpected`] where
+    /// the grammar breaks ([`SelectorError::UnbalancedParentheses`] where that is an unclosed list), [`SelectorError::InvalidKey`] / [`SelectorError::InvalidValue`] for a key or
+    /// value a label could not have, [`SelectorError::NotAnInteger`] for `>` / `<` without an integer.
     pub fn parse(input: &str) -> Result<Self, SelectorError> {
-        if input.trim().is_empty() {
-            return Ok(Self::everything());
-        }
-        let requirements = split_top_level(input)?
-            .into_iter()
-            .map(|part| parse_requirement(input, part))
-            .collect::<Result<_, _>>()?;
-        Ok(Self::from_requirements(requirements))
+        grammar::parse(input).map(Self::from_requirements)
     }
 
     /// The selector of a plain label map, as a Service's `spec.selector`: every pair must match.
@@ -324,7 +349,7 @@ impl LabelSelector {
     }
 
     /// Whether the labels satisfy every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &(impl LabelSet + ?Sized)) -> bool {
         !self.nothing && self.requirements.iter().all(|r| r.matches(labels))
     }
 
@@ -383,128 +408,6 @@ impl fmt::Display for LabelSelector {
 }
 
 const NOTHING_KEY: &str = "flotilla.io/nothing";
-
-/// Splits at commas outside parentheses.
-fn split_top_level(input: &str) -> Result<Vec<&str>, SelectorError> {
-    let mut parts = Vec::new();
-    let mut depth = 0usize;
-    let mut start = 0;
-    for (i, c) in input.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => {
-                depth = depth
-                    .checked_sub(1)
-                    .ok_or_else(|| SelectorError::UnbalancedParentheses(input.into()))?
-            }
-            ',' if depth == 0 => {
-                parts.push(&input[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    if depth != 0 {
-        return Err(SelectorError::UnbalancedParentheses(input.into()));
-    }
-    parts.push(&input[start..]);
-    Ok(parts)
-}
-
-fn parse_requirement(input: &str, part: &str) -> Result<Requirement, SelectorError> {
-    let part = part.trim();
-    if part.is_empty() {
-        return Err(SelectorError::EmptyRequirement(input.into()));
-    }
-    if let Some(key) = part.strip_prefix('!') {
-        let key = key.trim();
-        validate_key(key)?;
-        return Ok(Requirement {
-            key: key.into(),
-            op: Operator::DoesNotExist,
-        });
-    }
-    let key_end = part.find(|c: char| !is_key_char(c)).unwrap_or(part.len());
-    let (key, rest) = part.split_at(key_end);
-    validate_key(key)?;
-    let rest = rest.trim_start();
-    let single = |value: &str| -> Result<BTreeSet<String>, SelectorError> {
-        let value = value.trim();
-        validate_value(key, value)?;
-        Ok(BTreeSet::from([value.to_owned()]))
-    };
-    let op = if rest.is_empty() {
-        Operator::Exists
-    } else if let Some(value) = rest.strip_prefix("!=") {
-        Operator::NotIn(single(value)?)
-    } else if let Some(value) = rest.strip_prefix("==").or_else(|| rest.strip_prefix('=')) {
-        Operator::In(single(value)?)
-    } else if let Some(value) = rest.strip_prefix('>') {
-        Operator::Gt(integer(key, value)?)
-    } else if let Some(value) = rest.strip_prefix('<') {
-        Operator::Lt(integer(key, value)?)
-    } else if let Some(list) = keyword(rest, "notin") {
-        Operator::NotIn(parse_value_list(key, "notin", list)?)
-    } else if let Some(list) = keyword(rest, "in") {
-        Operator::In(parse_value_list(key, "in", list)?)
-    } else {
-        return Err(SelectorError::UnexpectedOperator {
-            key: key.into(),
-            rest: rest.into(),
-        });
-    };
-    Ok(Requirement {
-        key: key.into(),
-        op,
-    })
-}
-
-/// The integer operand of `>` / `<`: a valid label value that parses as an `i64`.
-fn integer(key: &str, value: &str) -> Result<i64, SelectorError> {
-    let value = value.trim();
-    validate_value(key, value)?;
-    value.parse().map_err(|_| SelectorError::NotAnInteger {
-        key: key.into(),
-        value: value.into(),
-    })
-}
-
-/// `rest` without the leading word `word`, if the word stands alone (followed by a blank or `(`).
-fn keyword<'a>(rest: &'a str, word: &str) -> Option<&'a str> {
-    let after = rest.strip_prefix(word)?;
-    (after.starts_with(char::is_whitespace) || after.starts_with('(')).then(|| after.trim())
-}
-
-fn parse_value_list(
-    key: &str,
-    operator: &str,
-    list: &str,
-) -> Result<BTreeSet<String>, SelectorError> {
-    let inner = list
-        .strip_prefix('(')
-        .and_then(|l| l.strip_suffix(')'))
-        .ok_or_else(|| SelectorError::MissingValueList {
-            key: key.into(),
-            operator: operator.into(),
-            rest: list.into(),
-        })?;
-    if inner.trim().is_empty() {
-        // `k in ()` is `k in ("")`, as Kubernetes parses it.
-        return Ok(BTreeSet::from([String::new()]));
-    }
-    inner
-        .split(',')
-        .map(|v| {
-            let v = v.trim();
-            validate_value(key, v)?;
-            Ok(v.to_owned())
-        })
-        .collect()
-}
-
-fn is_key_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')
-}
 
 /// A qualified name: `[dns-subdomain/]name`, name at most 63 characters.
 fn validate_key(key: &str) -> Result<(), SelectorError> {
@@ -719,19 +622,19 @@ mod tests {
     #[test]
     fn malformed_strings_are_errors_with_clear_messages() {
         let cases = [
-            ("a=b,,c", "empty requirement"),
-            ("a in (x", "unbalanced"),
-            ("a in x)", "unbalanced"),
-            ("a in x", "parenthesised list"),
-            ("a ~ 3", "unexpected"),
+            ("a=b,,c", "found ',', expected: identifier"),
+            ("a in (x", "unbalanced parentheses"),
+            ("a in x)", "found 'x', expected: '('"),
+            ("a in x", "found 'x', expected: '('"),
+            ("a ~ 3", "found '~', expected: in, notin"),
             ("a > x", "must be an integer"),
             ("a < -1", "invalid label value"),
-            ("a=b c", "invalid label value"),
+            ("a=b c", "found 'c', expected: ',' or 'end of string'"),
             ("-a=b", "invalid label key"),
             ("Foo.com/a=b", "invalid label key"),
             ("/a", "invalid label key"),
             ("a=-x", "invalid label value"),
-            ("!", "invalid label key"),
+            ("!", "found '', expected: identifier"),
         ];
         for (input, message) in cases {
             let err = LabelSelector::parse(input).expect_err(input).to_string();

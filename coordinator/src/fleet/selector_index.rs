@@ -13,12 +13,12 @@
 //! deleted lives only until that delete's own event arrives, as a scan of the store would have seen
 //! it then too.)
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use flotilla_common::LabelSelector;
 use serde_json::Value;
 
-use crate::informer::CachedObject;
+use crate::informer::{CachedObject, Labels};
 
 /// One primary as the index holds it.
 #[derive(Debug)]
@@ -93,7 +93,7 @@ impl SelectorIndex {
     pub fn matching(
         &self,
         namespace: Option<&str>,
-        labels: &BTreeMap<String, String>,
+        labels: &Labels,
         mut emit: impl FnMut(&str),
     ) {
         let matches = |key: &str| {
@@ -112,7 +112,10 @@ impl SelectorIndex {
         let ns = Some(ns.to_owned());
         let mut found: Vec<&String> = labels
             .iter()
-            .filter_map(|(k, v)| self.by_label.get(&(ns.clone(), k.clone(), v.clone())))
+            .filter_map(|(k, v)| {
+                self.by_label
+                    .get(&(ns.clone(), k.to_owned(), v.to_owned()))
+            })
             .flatten()
             .chain(self.unindexed.get(&ns).into_iter().flatten())
             .filter(|k| matches(k))
@@ -200,6 +203,8 @@ pub fn parse_selector(selector: &Value) -> Option<LabelSelector> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use flotilla_common::ResourceKind;
     use proptest::prelude::*;
@@ -225,7 +230,9 @@ mod tests {
         labels: &BTreeMap<String, String>,
     ) -> Vec<String> {
         let mut keys = Vec::new();
-        index.matching(ns, labels, |k| keys.push(k.to_owned()));
+        index.matching(ns, &Labels::from(labels.clone()), |k| {
+            keys.push(k.to_owned())
+        });
         keys
     }
 

@@ -31,15 +31,7 @@ fn to_wire(spec: &ControllerSpec) -> proto::spec::Spec {
             bucket_qps: Some(limiter.bucket.qps),
             bucket_burst: Some(limiter.bucket.burst),
         },
-        indexes: spec
-            .indexes
-            .iter()
-            .map(|i| proto::spec::IndexSpec {
-                kind: i.kind.clone(),
-                name: i.name.clone(),
-                field_path: i.field_path.clone(),
-            })
-            .collect(),
+        indexes: spec.indexes.clone(),
     }
 }
 

@@ -8,6 +8,7 @@ mod factory;
 #[cfg(test)]
 mod fuzz_tests;
 mod json_field;
+mod labels;
 mod metrics;
 mod named_index;
 mod namespace_filter;
@@ -24,6 +25,7 @@ pub use error::InformerError;
 pub use event::InformerEvent;
 pub use factory::{InformerStatus, Informers};
 pub use named_index::{IndexLookupError, IndexSpec};
+pub use labels::Labels;
 pub use object::{CachedObject, OwnerRef};
 pub use scope::{NamespaceScope, ScopeError};
 pub use store::Store;

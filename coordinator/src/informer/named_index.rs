@@ -7,16 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_common::ResourceKind;
 
-/// One declared index: the objects of `kind` by the non-empty string at `field_path`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct IndexSpec {
-    /// The kind indexed.
-    pub kind: ResourceKind,
-    /// The name lists ask for (a DNS-1123 label other than the built-in index names).
-    pub name: String,
-    /// Dotted path of the indexed string, e.g. `spec.volumeName`.
-    pub field_path: String,
-}
+/// One declared index: the objects of `kind` by the non-empty string at `field_path`; the type the
+/// controllers declare and the protocol carries.
+pub use flotilla_proto::spec::IndexSpec;
 
 /// Why a store could not answer a lookup by index name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

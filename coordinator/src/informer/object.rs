@@ -3,14 +3,12 @@
 //! of an object takes several times its JSON's size). A field the indexes do not hold is read from the
 //! JSON on demand.
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use flotilla_common::ResourceKind;
 use kube::api::{DynamicObject, TypeMeta};
 use serde_json::Value;
 
-use super::InformerError;
+use super::{InformerError, Labels};
 
 /// One ownerReference of an object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -42,7 +40,7 @@ pub struct CachedObject {
     /// not a number, which is logged.
     pub resource_version: u64,
     /// `metadata.labels`.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// The ownerReference with `controller: true`, if any.
     pub controller_owner: Option<OwnerRef>,
     /// Every ownerReference, the controller's included.
@@ -142,7 +140,7 @@ impl CachedObject {
             }),
             None => 0,
         };
-        let labels = meta.labels.clone().unwrap_or_default();
+        let labels = Labels::from(meta.labels.clone().unwrap_or_default());
         let owners: Vec<OwnerRef> = meta
             .owner_references
             .iter()
@@ -194,7 +192,9 @@ impl CachedObject {
             node_name,
             deleting,
             partial: false,
-            json: Bytes::from(json),
+            // Exactly the JSON's length: the serializer's buffer grew by doubling, and a `Bytes` of
+            // the `Vec` would keep its spare capacity (up to as much again) for the object's life.
+            json: Bytes::from(json.into_boxed_slice()),
         })
     }
 }

@@ -199,7 +199,7 @@ mod tests {
             pairs
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
+                .collect::<std::collections::BTreeMap<_, _>>()
         };
         assert!(selector.matches(&labels(&[("team", "a")])));
         assert!(!selector.matches(&labels(&[("team", "a"), ("tier", "dev")])));

@@ -20,7 +20,9 @@ pub struct Store {
 /// every object is in exactly the index entries its fields name.
 #[derive(Debug, Default)]
 struct StoreInner {
-    objects: BTreeMap<String, Arc<CachedObject>>,
+    /// Keyed by `namespace/name`; each key is allocated once and shared with the index entries that
+    /// name the object (a reference count, not a copy, per index).
+    objects: BTreeMap<Arc<str>, Arc<CachedObject>>,
     by_namespace: Index,
     by_owner_uid: Index,
     by_any_owner_uid: Index,
@@ -35,7 +37,7 @@ struct StoreInner {
 }
 
 /// Index value → keys of the objects with that value.
-type Index = BTreeMap<String, BTreeSet<String>>;
+type Index = BTreeMap<String, BTreeSet<Arc<str>>>;
 
 impl Store {
     /// The object with key `namespace/name` (or `name` when cluster-scoped).
@@ -78,7 +80,7 @@ impl Store {
         values: &BTreeSet<String>,
     ) -> Vec<Arc<CachedObject>> {
         let inner = self.inner.read();
-        let keys: BTreeSet<&String> = values
+        let keys: BTreeSet<&Arc<str>> = values
             .iter()
             .filter_map(|value| inner.by_label.get(&label_slot(ns, label, value)))
             .flatten()
@@ -121,7 +123,7 @@ impl Store {
 
     /// Every object's key, in order.
     pub fn keys(&self) -> Vec<String> {
-        self.inner.read().objects.keys().cloned().collect()
+        self.inner.read().objects.keys().map(|k| k.to_string()).collect()
     }
 
     /// How many objects are cached.
@@ -178,7 +180,7 @@ impl Store {
             .objects
             .iter()
             .filter(|(_, o)| part(o))
-            .map(|(k, o)| (k.clone(), o.clone()))
+            .map(|(k, o)| (k.to_string(), o.clone()))
             .collect();
         let events = relist_diff(&current, relisted);
         for event in &events {
@@ -221,7 +223,7 @@ impl Store {
         leaving: impl Fn(&CachedObject) -> bool,
     ) -> Vec<Arc<CachedObject>> {
         let mut inner = self.inner.write();
-        let keys: Vec<String> = inner
+        let keys: Vec<Arc<str>> = inner
             .objects
             .iter()
             .filter(|(_, o)| leaving(o))
@@ -233,7 +235,7 @@ impl Store {
 
 impl StoreInner {
     fn insert(&mut self, object: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
-        let key = object.key();
+        let key: Arc<str> = object.key().into();
         let old = self.remove(&key);
         index_insert(&mut self.by_namespace, object.namespace.as_deref(), &key);
         index_insert(
@@ -245,7 +247,7 @@ impl StoreInner {
             index_insert(&mut self.by_any_owner_uid, Some(&owner.uid), &key);
         }
         index_insert(&mut self.by_node_name, object.node_name.as_deref(), &key);
-        for (label, value) in &object.labels {
+        for (label, value) in object.labels.iter() {
             let slot = label_slot(object.namespace.as_deref(), label, value);
             index_insert(&mut self.by_label, Some(&slot), &key);
         }
@@ -269,7 +271,7 @@ impl StoreInner {
             index_remove(&mut self.by_any_owner_uid, Some(&owner.uid), key);
         }
         index_remove(&mut self.by_node_name, old.node_name.as_deref(), key);
-        for (label, value) in &old.labels {
+        for (label, value) in old.labels.iter() {
             let slot = label_slot(old.namespace.as_deref(), label, value);
             index_remove(&mut self.by_label, Some(&slot), key);
         }
@@ -286,12 +288,12 @@ fn label_slot(ns: Option<&str>, label: &str, value: &str) -> String {
     format!("{}\0{label}\0{value}", ns.unwrap_or(""))
 }
 
-fn index_insert(index: &mut Index, value: Option<&str>, key: &str) {
+fn index_insert(index: &mut Index, value: Option<&str>, key: &Arc<str>) {
     if let Some(value) = value {
         index
             .entry(value.to_owned())
             .or_default()
-            .insert(key.to_owned());
+            .insert(Arc::clone(key));
     }
 }
 

@@ -107,7 +107,6 @@ mod quota;
 mod registry;
 mod render;
 mod selector;
-mod selector_syntax;
 mod server;
 mod services;
 mod state;

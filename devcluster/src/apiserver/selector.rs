@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_apimachinery::{LabelSelector as Shared, SelectorError};
+use flotilla_apimachinery::{Expected, LabelSelector as Shared, SelectorError};
 use serde_json::{Map, Value};
 
-use super::selector_syntax::{self, check_key, check_value};
+use super::validation::{label_value_errors, qualified_name_errors};
 
 /// A parsed label selector: all requirements must match. Empty matches everything.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,12 +24,16 @@ impl LabelSelector {
     /// Parses the `labelSelector` query form: `=`, `==`, `!=`, `in`, `notin`, exists, `!`, `>`, `<`.
     ///
     /// # Errors
-    /// kube-apiserver's parse errors (the caller wraps them in a 400).
+    /// kube-apiserver's parse errors (the caller wraps them in a 400): what breaks inside a
+    /// requirement prefixed with `unable to parse requirement: `, as upstream's parser words it.
     pub fn parse(s: &str) -> Result<Self, String> {
-        selector_syntax::check(s)?;
-        Shared::parse(s)
-            .map(LabelSelector)
-            .map_err(|e| format!("unable to parse requirement: {}", message(&e)))
+        Shared::parse(s).map(LabelSelector).map_err(|e| match e {
+            SelectorError::Unexpected {
+                expected: Expected::CommaOrEnd,
+                ..
+            } => e.to_string(),
+            _ => format!("unable to parse requirement: {}", message(&e)),
+        })
     }
 
     /// Converts a `metav1.LabelSelector` object (matchLabels + matchExpressions; empty or not an
@@ -81,12 +85,23 @@ impl LabelSelector {
     }
 }
 
-/// kube-apiserver's wording for what the shared parser refuses (its `LabelSelectorAsSelector` and
-/// `NewRequirement` messages) where it has one.
+/// kube-apiserver's wording for what the shared parser refuses (the messages of its parser,
+/// `LabelSelectorAsSelector` and `NewRequirement`) where it has one; most grammar errors already
+/// print so.
 fn message(e: &SelectorError) -> String {
     let kube = match e {
-        SelectorError::InvalidKey { key, .. } => check_key(key).err(),
-        SelectorError::InvalidValue { key, value } => check_value(key, value).err(),
+        SelectorError::InvalidKey { key, .. } => qualified_name_errors(key)
+            .first()
+            .map(|e| format!("key: Invalid value: \"{key}\": {e}")),
+        SelectorError::InvalidValue { key, value } => label_value_errors(value)
+            .first()
+            .map(|e| format!("values[0][{key}]: Invalid value: \"{value}\": {e}")),
+        SelectorError::UnbalancedParentheses(_) => {
+            Some(format!("found '', expected: {}", Expected::CommaOrClose))
+        }
+        SelectorError::NotAnInteger { value, .. } => Some(format!(
+            "for 'Gt', 'Lt' operators, the value must be an integer: {value}"
+        )),
         SelectorError::UnknownOperator { operator, .. } => Some(format!(
             "\"{operator}\" is not a valid label selector operator"
         )),
@@ -217,6 +232,51 @@ mod tests {
             LabelSelector::parse("app=not valid!").unwrap_err(),
             "found 'valid', expected: ',' or 'end of string'"
         );
+    }
+
+    #[test]
+    fn what_kube_apiserver_refuses_is_reported_in_its_words() {
+        // Fixtures errors/list-invalid-labelselector-400.json and -value-400.json.
+        assert_eq!(
+            LabelSelector::parse("app in (a,b").unwrap_err(),
+            "unable to parse requirement: found '', expected: ',' or ')'"
+        );
+        assert_eq!(
+            LabelSelector::parse("app=not valid!").unwrap_err(),
+            "found 'valid', expected: ',' or 'end of string'"
+        );
+        assert_eq!(
+            LabelSelector::parse("a,").unwrap_err(),
+            "unable to parse requirement: found '', expected: identifier"
+        );
+        assert_eq!(
+            LabelSelector::parse("a>b").unwrap_err(),
+            "unable to parse requirement: for 'Gt', 'Lt' operators, the value must be an integer: b"
+        );
+        assert!(
+            LabelSelector::parse("Bad_/x=1")
+                .unwrap_err()
+                .starts_with("unable to parse requirement: key: Invalid value: \"Bad_/x\": ")
+        );
+        assert!(
+            LabelSelector::parse("a=-x")
+                .unwrap_err()
+                .starts_with("unable to parse requirement: values[0][a]: Invalid value: \"-x\": ")
+        );
+    }
+
+    #[test]
+    fn what_kube_apiserver_accepts_passes() {
+        for ok in [
+            "",
+            "a=b,c!=d,e==f",
+            "a in (x, y),b notin (z),c,!d",
+            "a>1,b<2",
+            "a in (),b in (,x),c in (x,),d in (x,,y)",
+            "app.kubernetes.io/name=web,empty=",
+        ] {
+            assert!(LabelSelector::parse(ok).is_ok(), "{ok:?}");
+        }
     }
 
     #[test]

@@ -5,50 +5,20 @@
 use flotilla_proto as proto;
 use flotilla_proto::spec as wire;
 use flotilla_sdk::Action;
-use flotilla_sdk::host::{ControllerSpec, MappingRule, Outcome, Write};
+use flotilla_sdk::host::{ControllerSpec, Outcome, Write};
 
 /// The spec sent in Hello, through the protocol crate's codec (the one the coordinator decodes with).
 /// The SDK's `reads` are the protocol's `watches`; the rate limiter is left to the fleet's default.
 pub(crate) fn spec(spec: &ControllerSpec) -> proto::ControllerSpec {
-    let mappings = spec
-        .mappings
-        .iter()
-        .map(|m| wire::Mapping {
-            kind: m.kind.clone(),
-            rule: match &m.rule {
-                MappingRule::Owner => wire::MappingRule::Owner,
-                MappingRule::Selector { selector_path } => wire::MappingRule::Selector {
-                    selector_path: selector_path.clone(),
-                },
-                MappingRule::Field {
-                    field_path,
-                    namespace_path,
-                } => wire::MappingRule::Field {
-                    field_path: field_path.clone(),
-                    namespace_path: namespace_path.clone(),
-                },
-                MappingRule::FanOut => wire::MappingRule::FanOut,
-            },
-        })
-        .collect();
-    let indexes = spec
-        .indexes
-        .iter()
-        .map(|i| wire::IndexSpec {
-            kind: i.kind.clone(),
-            name: i.name.clone(),
-            field_path: i.field_path.clone(),
-        })
-        .collect();
     proto::ControllerSpec::from(&wire::Spec {
         name: spec.name.clone(),
         primary: spec.primary.clone(),
-        mappings,
+        mappings: spec.mappings.clone(),
         prefetch_owned: spec.prefetch_owned.clone(),
         watches: spec.reads.clone(),
         resync: spec.resync,
         rate_limits: wire::RateLimits::default(),
-        indexes,
+        indexes: spec.indexes.clone(),
     })
 }
 
@@ -106,7 +76,7 @@ mod tests {
     use std::time::Duration;
 
     use flotilla_common::ResourceKind;
-    use flotilla_sdk::host::{Mapping, WriteOp};
+    use flotilla_sdk::host::{Mapping, MappingRule, WriteOp};
 
     use super::*;
 
