@@ -12,7 +12,7 @@ use flotilla_common::{
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
@@ -139,7 +139,6 @@ impl Coordinator {
         let server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(5)))
             .http2_keepalive_timeout(Some(Duration::from_secs(5)))
-            .tcp_nodelay(true)
             .add_service(
                 DispatchService::new(
                     slot.clone(),
@@ -178,7 +177,10 @@ impl Coordinator {
                         server.serve_with_incoming_shutdown(incoming, stopped).await
                     }
                     None => {
-                        let incoming = TcpListenerStream::new(listener);
+                        // `Server::tcp_nodelay` applies only to listeners tonic binds itself. Without
+                        // it, Nagle's algorithm held each small Assign or Cache answer back until the
+                        // worker's delayed ACK came, 30 to 40 ms later.
+                        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
                         server.serve_with_incoming_shutdown(incoming, stopped).await
                     }
                 };
