@@ -208,7 +208,7 @@ impl Informers {
         }
         let cancel = self.inner.cancel.child_token();
         let state = InformerState {
-            kind: kind.clone(),
+            kind: Arc::new(kind.clone()),
             store: store.unwrap_or_default(),
             synced: Arc::default(),
             unserved: Arc::default(),

@@ -3,6 +3,8 @@
 //! of an object takes several times its JSON's size). A field the indexes do not hold is read from the
 //! JSON on demand.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use flotilla_common::ResourceKind;
 use kube::api::{DynamicObject, TypeMeta};
@@ -28,8 +30,8 @@ pub struct OwnerRef {
 /// An object as cached. Immutable once built; shared as `Arc<CachedObject>`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CachedObject {
-    /// The kind of the object.
-    pub kind: ResourceKind,
+    /// The kind of the object, shared with every other object of its informer.
+    pub kind: Arc<ResourceKind>,
     /// `metadata.namespace`; `None` for cluster-scoped objects.
     pub namespace: Option<String>,
     /// `metadata.name`.
@@ -95,7 +97,7 @@ impl CachedObject {
             kind: kind.to_string(),
             message: e.to_string(),
         })?;
-        Self::from_dynamic(kind, object)
+        Self::from_dynamic(&Arc::new(kind.clone()), object)
     }
 
     /// Takes an object of `kind` as a watcher decoded it: reads the indexed fields from its typed
@@ -106,7 +108,7 @@ impl CachedObject {
     /// [`InformerError`] when `metadata.name` or `metadata.uid` is missing, an owner reference lacks
     /// a field, or a pod's `spec.nodeName` is not a string.
     pub fn from_dynamic(
-        kind: &ResourceKind,
+        kind: &Arc<ResourceKind>,
         mut object: DynamicObject,
     ) -> Result<Self, InformerError> {
         let bad = |field, expected| InformerError::BadField {

@@ -22,7 +22,8 @@ const MAX_REMEMBERED_ERRORS: usize = 64;
 
 /// What one informer task writes to.
 pub(crate) struct InformerState {
-    pub(crate) kind: ResourceKind,
+    /// The kind, shared by every object the task caches (one allocation, not one per object).
+    pub(crate) kind: Arc<ResourceKind>,
     pub(crate) store: Store,
     pub(crate) synced: Arc<AtomicBool>,
     /// Set when the task gave up on a kind the API server does not serve (see `unserved_after`).
@@ -255,7 +256,7 @@ impl Task {
                 }
                 if all_synced {
                     self.send(InformerEvent::Synced {
-                        kind: self.state.kind.clone(),
+                        kind: ResourceKind::clone(&self.state.kind),
                     });
                     tracing::debug!(%kind, objects = self.state.store.len(), "informer synced");
                 }
@@ -396,7 +397,7 @@ mod tests {
         let subscriber = Subscriber::default();
         let rx = subscriber.replace();
         let state = InformerState {
-            kind: kind(),
+            kind: Arc::new(kind()),
             store: Store::default(),
             synced: Arc::default(),
             unserved: Arc::default(),
