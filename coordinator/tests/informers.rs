@@ -452,7 +452,7 @@ async fn a_metadata_only_informer_caches_metadata_and_is_upgraded_in_place_to_wh
     );
     assert_eq!(cached.labels.get("app").map(String::as_str), Some("web"));
     assert_eq!(
-        cached.controller_owner.as_ref().map(|o| o.uid.as_str()),
+        cached.controller_owner().map(|o| o.uid.as_str()),
         Some("u-rs"),
         "owners are in the metadata"
     );

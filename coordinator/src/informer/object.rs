@@ -43,8 +43,6 @@ pub struct CachedObject {
     pub resource_version: u64,
     /// `metadata.labels`.
     pub labels: Labels,
-    /// The ownerReference with `controller: true`, if any.
-    pub controller_owner: Option<OwnerRef>,
     /// Every ownerReference, the controller's included.
     pub owners: Vec<OwnerRef>,
     /// `metadata.finalizers`.
@@ -62,6 +60,11 @@ pub struct CachedObject {
 }
 
 impl CachedObject {
+    /// The ownerReference with `controller: true`, if any (the API server allows at most one).
+    pub fn controller_owner(&self) -> Option<&OwnerRef> {
+        self.owners.iter().find(|o| o.controller)
+    }
+
     /// The object's key: `namespace/name`, or `name` when cluster-scoped.
     pub fn key(&self) -> String {
         self.kind.object_key(self.namespace.as_deref(), &self.name)
@@ -165,7 +168,6 @@ impl CachedObject {
                 "a list of owner references with apiVersion, kind, name and uid",
             ));
         }
-        let controller_owner = owners.iter().find(|o| o.controller).cloned();
         let finalizers = meta.finalizers.clone().unwrap_or_default();
         let deleting = meta.deletion_timestamp.is_some();
         let node_name = if kind.group.is_empty() && kind.kind == "Pod" {
@@ -188,7 +190,6 @@ impl CachedObject {
             uid,
             resource_version,
             labels,
-            controller_owner,
             owners,
             finalizers,
             node_name,
@@ -246,7 +247,7 @@ mod tests {
         assert_eq!(obj.resource_version, 42);
         assert_eq!(obj.labels.get("app").map(String::as_str), Some("web"));
         assert_eq!(
-            obj.controller_owner.as_ref().map(|o| o.uid.as_str()),
+            obj.controller_owner().map(|o| o.uid.as_str()),
             Some("u-rs")
         );
         let owner_uids: Vec<&str> = obj.owners.iter().map(|o| o.uid.as_str()).collect();

@@ -240,7 +240,7 @@ impl StoreInner {
         index_insert(&mut self.by_namespace, object.namespace.as_deref(), &key);
         index_insert(
             &mut self.by_owner_uid,
-            object.controller_owner.as_ref().map(|o| o.uid.as_str()),
+            object.controller_owner().map(|o| o.uid.as_str()),
             &key,
         );
         for owner in &object.owners {
@@ -264,7 +264,7 @@ impl StoreInner {
         index_remove(&mut self.by_namespace, old.namespace.as_deref(), key);
         index_remove(
             &mut self.by_owner_uid,
-            old.controller_owner.as_ref().map(|o| o.uid.as_str()),
+            old.controller_owner().map(|o| o.uid.as_str()),
             key,
         );
         for owner in &old.owners {
