@@ -3,14 +3,17 @@
 //! `FLOTILLA_TEST_KUBECONFIG`, its fleet on that cluster), runs 3 Jobs of 2 pods to completion — or
 //! flips the readiness of a Service's pods — and writes a report that parses and says so. `flotilla
 //! bench chaos` runs a short fault schedule on a devcluster of its own and finds no violation, and
-//! `flotilla bench scale` measures a small cluster.
+//! `flotilla bench scale` measures a small cluster, on a devcluster of its own and on one given by a
+//! kubeconfig.
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use super::binaries::{binary, describe};
-use crate::support::cluster::{KUBECONFIG_ENV, is_external};
+use crate::support::cluster::{KUBECONFIG_ENV, TestCluster, is_external};
 
 /// The longest a small run may take: start-up, the Jobs (a second or two), and the counters settling.
 /// The benchmark's own `--timeout` is shorter, so a stuck run fails with its logs named.
@@ -23,6 +26,11 @@ async fn run_bench(mut args: Vec<String>) -> std::process::Output {
         args.push("--kubeconfig".to_owned());
         args.push(kubeconfig.to_string_lossy().into_owned());
     }
+    run_flotilla(args).await
+}
+
+/// Runs `flotilla <args>` as given within [`RUN_BOUND`].
+async fn run_flotilla(args: Vec<String>) -> std::process::Output {
     let mut command = tokio::process::Command::new(binary("flotilla"));
     command.args(&args).kill_on_drop(true);
     match tokio::time::timeout(RUN_BOUND, command.output()).await {
@@ -297,4 +305,100 @@ async fn bench_scale_measures_cold_start_relist_and_failover_and_plots_them() {
     );
     let svg = std::fs::read_to_string(&plot_path).unwrap();
     assert!(svg.contains("<svg") && svg.contains("relist"), "{svg}");
+}
+
+/// `flotilla bench scale --kubeconfig` at CI size: 200 pods and 20 Deployments over 2 namespaces, one
+/// failover per standby mode, on a cluster the benchmark does not own — a devcluster the test starts
+/// and names by its kubeconfig, or the cluster of `FLOTILLA_TEST_KUBECONFIG`. Every figure that needs
+/// nothing of the cluster is measured; the forced relist, which needs the devcluster's etcd, is named
+/// as not measured, with null fields; the run's namespaces are gone (or going) afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_scale_on_a_given_cluster_measures_all_but_the_relist_and_cleans_up() {
+    let cluster = TestCluster::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let output_path = dir.path().join("scale.json");
+    let plot_path = dir.path().join("scale.svg");
+    let mut args: Vec<String> = [
+        "bench",
+        "scale",
+        "--pods",
+        "200",
+        "--deployments",
+        "20",
+        "--namespaces",
+        "2",
+        "--failovers",
+        "1",
+        "--timeout",
+        "60s",
+        "--output",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    args.push(output_path.display().to_string());
+    args.push("--plot".to_owned());
+    args.push(plot_path.display().to_string());
+    args.push("--kubeconfig".to_owned());
+    args.push(cluster.kubeconfig_path().display().to_string());
+    let output = run_flotilla(args).await;
+    assert!(output.status.success(), "{}", describe(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("forced relist: not measured: needs the devcluster's etcd"),
+        "{}",
+        describe(&output)
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&output_path).unwrap()).unwrap();
+    assert_eq!(report["cluster"], "kubeconfig", "{report:#}");
+    for figure in ["bytes_per_pod", "bytes_per_deployment_with_replicaset"] {
+        assert!(
+            report[figure].as_f64().is_some_and(f64::is_finite),
+            "{figure}: {report:#}"
+        );
+    }
+    let readings = &report["readings"];
+    for rss in ["rss_empty_mib", "rss_deployments_mib", "rss_pods_mib"] {
+        assert!(readings[rss].as_f64().unwrap() > 0.0, "{rss}: {report:#}");
+    }
+    let synced = readings["kind_synced_s"].as_object().unwrap();
+    for kind in ["apps/v1/deployments", "apps/v1/replicasets", "v1/pods"] {
+        assert!(
+            synced[kind].as_f64().is_some_and(|s| s > 0.0),
+            "{kind} listed on the cold start: {report:#}"
+        );
+    }
+    for mode in ["failover_cold_s", "failover_hot_s"] {
+        let times = readings[mode].as_array().unwrap();
+        assert_eq!(times.len(), 1, "{mode}: {report:#}");
+        assert!(times[0].as_f64().unwrap() > 0.0, "{mode}: {report:#}");
+    }
+    assert!(
+        readings["redispatch_keys"].as_u64().unwrap() >= 40,
+        "every Deployment and ReplicaSet of the run re-dispatched by the new leader: {report:#}"
+    );
+    assert_eq!(
+        readings["not_measured"]["forced relist"], "needs the devcluster's etcd",
+        "{report:#}"
+    );
+    for relist in ["relist_steady_mib", "relist_peak_mib", "relist_s"] {
+        assert!(readings[relist].is_null(), "{relist}: {report:#}");
+    }
+
+    let selector = report["namespace_selector"].as_str().unwrap();
+    let left = Api::<Namespace>::all(cluster.client())
+        .list(&ListParams::default().labels(selector))
+        .await
+        .unwrap();
+    assert!(
+        left.items
+            .iter()
+            .all(|ns| ns.metadata.deletion_timestamp.is_some()),
+        "the run's namespaces are deleted: {:?}",
+        left.items
+            .iter()
+            .map(|ns| ns.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
 }

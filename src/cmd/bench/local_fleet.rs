@@ -6,7 +6,7 @@
 //! On a cluster of the user's (`--kubeconfig`) the benchmark must not touch anything else: every
 //! namespace it makes has a name unique to the run and the label `flotilla.dev/bench=<run>`, the
 //! coordinator is scoped to that label (`--namespace-selector`), and [`LocalFleet::cleanup`] deletes
-//! those namespaces.
+//! those namespaces ([`BenchScope`], which benchmarks with fleets of their own use too).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -44,6 +44,86 @@ pub(super) struct FleetShape<'a> {
 /// user's.
 const BENCH_LABEL: &str = "flotilla.dev/bench";
 
+/// The namespaces one benchmark run makes, and the scope its coordinators get: on a cluster of the
+/// user's, names unique to the run labelled [`BENCH_LABEL`]`=<run>`, the coordinators scoped to that
+/// label, and the namespaces deleted by [`BenchScope::cleanup`]; on a devcluster of the run's own,
+/// plain names, no scope and nothing to delete (the cluster goes with the run). Shared by every
+/// benchmark that takes `--kubeconfig`.
+#[derive(Debug, Default)]
+pub(super) struct BenchScope {
+    /// On a cluster of the user's, the value of [`BENCH_LABEL`] of this run; `None` on a devcluster.
+    run: Option<String>,
+    /// The namespaces made on a cluster of the user's, for [`BenchScope::cleanup`].
+    made: Vec<String>,
+}
+
+impl BenchScope {
+    /// The scope of a run named `name`: unique to the run when `users_cluster`, empty otherwise.
+    pub fn new(name: &str, users_cluster: bool) -> Self {
+        // A DNS label (it ends namespace names): run names may hold a qps like `0.5`.
+        let run = users_cluster.then(|| {
+            let suffix: u32 = rand::random();
+            format!("{}-{:08x}", name.replace('.', "-"), suffix)
+        });
+        Self {
+            run,
+            made: Vec::new(),
+        }
+    }
+
+    /// The label selector of the run's namespaces (`flotilla.dev/bench=<run>`); `None` on a
+    /// devcluster.
+    pub fn selector(&self) -> Option<String> {
+        self.run.as_ref().map(|run| format!("{BENCH_LABEL}={run}"))
+    }
+
+    /// The flags that scope a coordinator to the run's namespaces (none on a devcluster).
+    pub fn coordinator_flags(&self) -> Vec<String> {
+        self.selector()
+            .iter()
+            .flat_map(|selector| strings(&["--namespace-selector", selector]))
+            .collect()
+    }
+
+    /// Creates a namespace for the benchmark's objects, named `base` on a devcluster of its own and
+    /// `base-<run>`, labelled for the fleet's scope, on a cluster of the user's; returns its name.
+    ///
+    /// # Errors
+    /// When the API refuses it.
+    pub async fn create_namespace(
+        &mut self,
+        client: &kube::Client,
+        base: &str,
+    ) -> anyhow::Result<String> {
+        let (name, labels) = match &self.run {
+            Some(run) => (format!("{base}-{run}"), json!({BENCH_LABEL: run})),
+            None => (base.to_owned(), json!({})),
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?,
+            )
+            .await
+            .with_context(|| format!("cannot create the benchmark's namespace {name}"))?;
+        if self.run.is_some() {
+            self.made.push(name.clone());
+        }
+        Ok(name)
+    }
+
+    /// Deletes the namespaces made on a cluster of the user's (nothing on a devcluster of the run's
+    /// own). Failures are logged: a left-over namespace is the user's to delete.
+    pub async fn cleanup(&mut self, client: &kube::Client) {
+        let namespaces = Api::<Namespace>::all(client.clone());
+        for name in std::mem::take(&mut self.made) {
+            if let Err(err) = namespaces.delete(&name, &DeleteParams::default()).await {
+                tracing::warn!(namespace = %name, error = %err, "cannot delete the benchmark's namespace");
+            }
+        }
+    }
+}
+
 /// The processes of one fleet; see the module documentation.
 pub(super) struct LocalFleet {
     /// A client of the cluster with no rate limit.
@@ -56,12 +136,10 @@ pub(super) struct LocalFleet {
     etcd: Option<EtcdServer>,
     /// The fleet's name.
     name: String,
-    /// On a cluster of the user's, the value of [`BENCH_LABEL`] of this run; `None` on a devcluster.
-    scope: Option<String>,
+    /// The run's namespaces and the coordinator's scope.
+    scope: BenchScope,
     /// The namespace of `FleetShape::namespace`, as created.
     namespace: String,
-    /// The namespaces made on a cluster of the user's, for [`LocalFleet::cleanup`].
-    made: Vec<String>,
 }
 
 impl LocalFleet {
@@ -98,11 +176,7 @@ impl LocalFleet {
             .prefix("flotilla-bench-")
             .tempdir()?;
         let etcd = EtcdServer::start().await?;
-        // A DNS label (it ends namespace names): fleet names may hold a qps like `0.5`.
-        let scope = shape.cluster.map(|_| {
-            let suffix: u32 = rand::random();
-            format!("{}-{:08x}", shape.name.replace('.', "-"), suffix)
-        });
+        let scope = BenchScope::new(&shape.name, shape.cluster.is_some());
         let (devcluster, client, kubeconfig) =
             match start_cluster(flotilla, shape, dir.path(), &etcd).await {
                 Ok(started) => started,
@@ -120,7 +194,6 @@ impl LocalFleet {
             name: shape.name.clone(),
             scope,
             namespace: String::new(),
-            made: Vec::new(),
         };
         let started = fleet
             .start_fleet(flotilla, shape, &kubeconfig, with_fleet)
@@ -148,33 +221,14 @@ impl LocalFleet {
     /// # Errors
     /// When the API refuses it.
     pub async fn create_namespace(&mut self, base: &str) -> anyhow::Result<String> {
-        let (name, labels) = match &self.scope {
-            Some(scope) => (format!("{base}-{scope}"), json!({BENCH_LABEL: scope})),
-            None => (base.to_owned(), json!({})),
-        };
-        Api::<Namespace>::all(self.client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?,
-            )
-            .await
-            .with_context(|| format!("cannot create the benchmark's namespace {name}"))?;
-        if self.scope.is_some() {
-            self.made.push(name.clone());
-        }
-        Ok(name)
+        self.scope.create_namespace(&self.client, base).await
     }
 
     /// Deletes the namespaces the benchmark made on a cluster of the user's (nothing on a devcluster
     /// of its own, which goes with the fleet). Failures are logged: a left-over namespace is the
     /// user's to delete.
     pub async fn cleanup(&mut self) {
-        let namespaces = Api::<Namespace>::all(self.client.clone());
-        for name in std::mem::take(&mut self.made) {
-            if let Err(err) = namespaces.delete(&name, &DeleteParams::default()).await {
-                tracing::warn!(namespace = %name, error = %err, "cannot delete the benchmark's namespace");
-            }
-        }
+        self.scope.cleanup(&self.client).await;
     }
 
     /// The devcluster process; `None` on a cluster of the user's.
@@ -291,12 +345,7 @@ impl LocalFleet {
         let mut coordinator_args = strings(&["coordinator", "--listen", "127.0.0.1:0"]);
         coordinator_args.extend(common.iter().cloned());
         coordinator_args.extend(strings(&["--id", "coordinator-0"]));
-        if let Some(scope) = &self.scope {
-            coordinator_args.extend(strings(&[
-                "--namespace-selector",
-                &format!("{BENCH_LABEL}={scope}"),
-            ]));
-        }
+        coordinator_args.extend(self.scope.coordinator_flags());
         self.fleet
             .push(spawn(&dir, "coordinator-0", flotilla, &coordinator_args)?);
         for i in 0..shape.workers {

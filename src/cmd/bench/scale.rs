@@ -17,6 +17,13 @@
 //!
 //! It prints a table, writes the readings as JSON and plots the leader's memory over the cold start
 //! and the relist.
+//!
+//! With `--kubeconfig` it runs on that cluster instead: the objects go into namespaces with names
+//! unique to the run and the label `flotilla.dev/bench=<run>`, the coordinators are scoped to that
+//! label and talk to that cluster (their leases are still in an etcd the benchmark starts), and the
+//! namespaces are deleted afterwards, whether the run succeeded or not. Every figure is measured but
+//! the forced relist, which needs the devcluster's etcd: the table and the JSON
+//! (`readings.not_measured`) say so, and its fields are null.
 
 mod phases;
 mod plot;
@@ -29,6 +36,7 @@ use anyhow::bail;
 
 use self::phases::Readings;
 use super::chaos::fleet::{self, ChaosFleet};
+use super::local_fleet::BenchScope;
 use super::{percentile, write_json};
 
 /// Flags of `flotilla bench scale`.
@@ -59,6 +67,12 @@ pub struct ScaleArgs {
     /// Where to plot the leader's memory over the cold start and the relist (SVG).
     #[arg(long, default_value = "benchmarks/scale.svg")]
     plot: PathBuf,
+    /// Run against the cluster of this kubeconfig instead of a fresh devcluster: the benchmark's
+    /// namespaces get names unique to the run and the label `flotilla.dev/bench=<run>`, the fleet is
+    /// scoped to that label, and the namespaces are deleted afterwards. The forced relist is not
+    /// measured (it compacts the devcluster's etcd).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
 }
 
 /// Runs `flotilla bench scale`.
@@ -68,7 +82,8 @@ pub(super) async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     }
     let flotilla = std::env::current_exe()?;
     let qps = args.kube_api_qps.to_string();
-    let mut fleet = ChaosFleet::start(
+    let mut scope = BenchScope::new("scale", args.kubeconfig.is_some());
+    let mut fleet = ChaosFleet::start_on(
         &flotilla,
         fleet::Shape {
             name: "scale".to_owned(),
@@ -78,20 +93,24 @@ pub(super) async fn run(args: ScaleArgs) -> anyhow::Result<()> {
             worker_flags: ["--kube-api-qps", &qps, "--kube-api-burst", &qps]
                 .map(String::from)
                 .to_vec(),
-            coordinator_flags: Vec::new(),
+            coordinator_flags: scope.coordinator_flags(),
         },
+        args.kubeconfig.as_deref(),
     )
     .await?;
-    let readings = match phases::measure(&args, &mut fleet).await {
+    let measured = phases::measure(&args, &mut fleet, &mut scope).await;
+    scope.cleanup(&fleet.client).await;
+    let readings = match measured {
         Ok(readings) => readings,
         Err(err) => return Err(err.context(format!("logs in {}", fleet.keep_logs().display()))),
     };
     drop(fleet);
-    report(&args, &readings)
+    report(&args, &readings, scope.selector().as_deref())
 }
 
-/// Prints the table quoted in BENCHMARKS.md and writes the JSON and the plot.
-fn report(args: &ScaleArgs, r: &Readings) -> anyhow::Result<()> {
+/// Prints the table quoted in BENCHMARKS.md and writes the JSON and the plot; `namespace_selector`
+/// selects the run's namespaces on a given cluster (deleted by now), so the JSON names them.
+fn report(args: &ScaleArgs, r: &Readings, namespace_selector: Option<&str>) -> anyhow::Result<()> {
     let quantiles = |v: &[f64]| {
         let mut sorted = v.to_vec();
         sorted.sort_by(f64::total_cmp);
@@ -103,8 +122,12 @@ fn report(args: &ScaleArgs, r: &Readings) -> anyhow::Result<()> {
         (r.rss_pods_mib - r.rss_deployments_mib) * 1024.0 * 1024.0 / args.pods as f64;
     let bytes_per_deployment = (r.rss_deployments_mib - r.rss_empty_mib) * 1024.0 * 1024.0
         / args.deployments.max(1) as f64;
+    let cluster = args.kubeconfig.as_ref().map_or_else(
+        || "a devcluster of its own".to_owned(),
+        |k| format!("the cluster of {}", k.display()),
+    );
     println!(
-        "bench scale: {} pods in {} namespaces, {} Deployments (+ ReplicaSets) at 0 replicas",
+        "bench scale on {cluster}: {} pods in {} namespaces, {} Deployments (+ ReplicaSets) at 0 replicas",
         args.pods, args.namespaces, args.deployments
     );
     println!(
@@ -133,13 +156,18 @@ fn report(args: &ScaleArgs, r: &Readings) -> anyhow::Result<()> {
         "| cold start to first dispatch | {:.2} s |",
         r.cold_first_dispatch_s
     );
-    println!(
-        "| forced relist: steady / peak RSS | {:.0} / {:.0} MiB ({:.2}×), relisted in {:.2} s |",
-        r.relist_steady_mib,
-        r.relist_peak_mib,
-        r.relist_peak_mib / r.relist_steady_mib,
-        r.relist_s
-    );
+    match (r.relist_steady_mib, r.relist_peak_mib, r.relist_s) {
+        (Some(steady), Some(peak), Some(seconds)) => println!(
+            "| forced relist: steady / peak RSS | {steady:.0} / {peak:.0} MiB ({:.2}×), relisted in {seconds:.2} s |",
+            peak / steady
+        ),
+        _ => println!(
+            "| forced relist: steady / peak RSS | not measured: {} |",
+            r.not_measured
+                .get(phases::RELIST.0)
+                .map_or("no reading", String::as_str)
+        ),
+    }
     println!(
         "| failover, cold standby (kill -9 → first dispatch) | p50 {cold_p50:.2} s, p99 {cold_p99:.2} s (n={}) |",
         r.failover_cold_s.len()
@@ -153,9 +181,14 @@ fn report(args: &ScaleArgs, r: &Readings) -> anyhow::Result<()> {
         r.redispatch_keys,
         super::median(r.redispatch_keys_per_s.clone())
     );
+    for (figure, why) in &r.not_measured {
+        println!("{figure}: not measured: {why}");
+    }
     write_json(
         &args.output,
         &serde_json::json!({
+            "cluster": if args.kubeconfig.is_some() { "kubeconfig" } else { "devcluster" },
+            "namespace_selector": namespace_selector,
             "pods": args.pods,
             "deployments": args.deployments,
             "namespaces": args.namespaces,

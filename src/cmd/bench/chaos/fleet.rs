@@ -9,7 +9,10 @@
 //! (`worker-<slot>-<incarnation>`), so the reconcile journal tells its lives apart. Every process
 //! is stopped when the fleet is dropped; [`ChaosFleet::keep_logs`] keeps their logs.
 //!
-//! `bench scale` uses it too, for its standby coordinators, its leader kills and its cut API links.
+//! `bench scale` uses it too, for its standby coordinators, its leader kills and its cut API links,
+//! and with `--kubeconfig` on a given cluster ([`ChaosFleet::start_on`]): the fleet's processes then
+//! reach that cluster's API server directly, with its kubeconfig, so their API links cannot be cut,
+//! and etcd cannot be compacted through it.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -48,8 +51,20 @@ pub(in crate::cmd::bench) struct Shape {
 /// A process's own links to etcd and to the API server.
 struct Links {
     etcd: FaultProxy,
-    api: FaultProxy,
+    /// `None` on a given cluster, reached directly.
+    api: Option<FaultProxy>,
     kubeconfig: PathBuf,
+}
+
+/// The API server the fleet's processes talk to.
+enum ApiServer {
+    /// The fleet's own devcluster, each process through a proxy of its own.
+    Devcluster {
+        url: String,
+        kubeconfig: serde_json::Value,
+    },
+    /// A given cluster, by its kubeconfig (absolute), each process directly.
+    Given(PathBuf),
 }
 
 /// A place for one process, kept across its lives.
@@ -74,8 +89,7 @@ pub(in crate::cmd::bench) struct ChaosFleet {
     etcd: EtcdServer,
     devcluster: Option<Child>,
     shape: Shape,
-    api_url: String,
-    base_kubeconfig: serde_json::Value,
+    api: ApiServer,
     coordinators: Vec<Slot>,
     workers: Vec<Slot>,
     journal: PathBuf,
@@ -93,10 +107,41 @@ impl ChaosFleet {
     /// When a process cannot start or exits, or the fleet is not ready within 90 s; the logs are kept
     /// and the error names their directory.
     pub async fn start(flotilla: &Path, shape: Shape) -> anyhow::Result<Self> {
+        Self::start_on(flotilla, shape, None).await
+    }
+
+    /// [`ChaosFleet::start`] on the cluster of `cluster` (a kubeconfig) when given, instead of a
+    /// devcluster of its own: etcd is still the fleet's own, no namespace is created (the caller
+    /// makes its own, scoped: see `BenchScope`), and the processes reach the API server directly.
+    ///
+    /// # Errors
+    /// As [`ChaosFleet::start`]; also when the kubeconfig cannot be used.
+    pub async fn start_on(
+        flotilla: &Path,
+        shape: Shape,
+        cluster: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("flotilla-chaos-")
             .tempdir()?;
         let etcd = EtcdServer::start().await?;
+        if let Some(kubeconfig) = cluster {
+            // Absolute, so the processes (and the files it names) resolve it wherever they run.
+            let kubeconfig = std::path::absolute(kubeconfig)?;
+            let client = flotilla_common::kube_client(Some(kubeconfig.as_path()))
+                .await
+                .with_context(|| format!("cannot use the cluster of {}", kubeconfig.display()))?;
+            return Self::with_cluster(
+                flotilla,
+                shape,
+                dir,
+                etcd,
+                client,
+                None,
+                ApiServer::Given(kubeconfig),
+            )
+            .await;
+        }
         let kubeconfig = dir.path().join("kubeconfig");
         let api = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
         let devcluster = spawn(
@@ -131,16 +176,32 @@ impl ChaosFleet {
             .as_str()
             .context("the devcluster's kubeconfig names no server")?
             .to_owned();
+        let api = ApiServer::Devcluster {
+            url: api_url,
+            kubeconfig: base_kubeconfig,
+        };
+        Self::with_cluster(flotilla, shape, dir, etcd, client, Some(devcluster), api).await
+    }
+
+    /// Starts the fleet's processes once its etcd and API server are there.
+    async fn with_cluster(
+        flotilla: &Path,
+        shape: Shape,
+        dir: tempfile::TempDir,
+        etcd: EtcdServer,
+        client: kube::Client,
+        devcluster: Option<Child>,
+        api: ApiServer,
+    ) -> anyhow::Result<Self> {
         let journal = dir.path().join("reconcile-journal.jsonl");
         let mut fleet = Self {
             client,
             flotilla: flotilla.to_owned(),
             dir: Some(dir),
             etcd,
-            devcluster: Some(devcluster),
+            devcluster,
             shape,
-            api_url,
-            base_kubeconfig,
+            api,
             coordinators: Vec::new(),
             workers: Vec::new(),
             journal,
@@ -154,13 +215,15 @@ impl ChaosFleet {
     }
 
     async fn start_fleet(&mut self) -> anyhow::Result<()> {
-        Api::<Namespace>::all(self.client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?,
-            )
-            .await
-            .context("cannot create the benchmark's namespace")?;
+        if self.devcluster.is_some() {
+            Api::<Namespace>::all(self.client.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?,
+                )
+                .await
+                .context("cannot create the benchmark's namespace")?;
+        }
         for c in 0..self.shape.coordinators {
             let links = self.links(&format!("coordinator-{c}")).await?;
             // Upstream set when the coordinator starts (it listens on a new port each life).
@@ -196,23 +259,32 @@ impl ChaosFleet {
             .trim_start_matches("http://")
             .parse()
             .context("etcd's endpoint is no address")?;
-        let api_addr: SocketAddr = self
-            .api_url
+        let etcd = FaultProxy::start(etcd_addr).await?;
+        let (api_url, base_kubeconfig) = match &self.api {
+            ApiServer::Devcluster { url, kubeconfig } => (url, kubeconfig),
+            ApiServer::Given(kubeconfig) => {
+                return Ok(Links {
+                    etcd,
+                    api: None,
+                    kubeconfig: kubeconfig.clone(),
+                });
+            }
+        };
+        let api_addr: SocketAddr = api_url
             .split_once("://")
-            .map_or(self.api_url.as_str(), |(_, rest)| rest)
+            .map_or(api_url.as_str(), |(_, rest)| rest)
             .trim_end_matches('/')
             .parse()
             .context("the devcluster's URL is no address")?;
-        let etcd = FaultProxy::start(etcd_addr).await?;
         let api = FaultProxy::start(api_addr).await?;
-        let scheme = self.api_url.split_once("://").map_or("http", |(s, _)| s);
-        let mut config = self.base_kubeconfig.clone();
+        let scheme = api_url.split_once("://").map_or("http", |(s, _)| s);
+        let mut config = base_kubeconfig.clone();
         config["clusters"][0]["cluster"]["server"] = json!(format!("{scheme}://{}", api.addr()));
         let kubeconfig = self.dir()?.join(format!("{name}.kubeconfig"));
         std::fs::write(&kubeconfig, serde_json::to_string_pretty(&config)?)?;
         Ok(Links {
             etcd,
-            api,
+            api: Some(api),
             kubeconfig,
         })
     }
@@ -361,8 +433,11 @@ impl ChaosFleet {
     /// a watch that resumes from an older resourceVersion is then answered 410 Gone, and relists.
     ///
     /// # Errors
-    /// When the devcluster refuses.
+    /// When the devcluster refuses, or the fleet runs on a given cluster.
     pub async fn compact(&self) -> anyhow::Result<()> {
+        if self.devcluster.is_none() {
+            bail!("compacting needs the devcluster's etcd; the fleet runs on a given cluster");
+        }
         let request = kube::core::Request::new("/flotilla/v1/compact")
             .create(&PostParams::default(), Vec::new())?;
         self.client
@@ -388,7 +463,8 @@ impl ChaosFleet {
         Ok(Some(leader))
     }
 
-    /// Cuts `link`: every connection reset, new ones refused, until [`ChaosFleet::heal`].
+    /// Cuts `link`: every connection reset, new ones refused, until [`ChaosFleet::heal`]. On a given
+    /// cluster the API links are direct: cutting one does nothing.
     pub fn cut(&self, link: Link) {
         self.set(link, true);
     }
@@ -413,10 +489,13 @@ impl ChaosFleet {
                 }
                 return;
             }
-            Link::WorkerEtcd(w) => &self.workers[w].links.etcd,
-            Link::WorkerApi(w) => &self.workers[w].links.api,
-            Link::CoordinatorEtcd(c) => &self.coordinators[c].links.etcd,
-            Link::CoordinatorApi(c) => &self.coordinators[c].links.api,
+            Link::WorkerEtcd(w) => Some(&self.workers[w].links.etcd),
+            Link::WorkerApi(w) => self.workers[w].links.api.as_ref(),
+            Link::CoordinatorEtcd(c) => Some(&self.coordinators[c].links.etcd),
+            Link::CoordinatorApi(c) => self.coordinators[c].links.api.as_ref(),
+        };
+        let Some(proxy) = proxy else {
+            return;
         };
         if cut {
             proxy.set(Fault::Cut);
@@ -429,7 +508,9 @@ impl ChaosFleet {
     pub fn heal_all(&self) {
         for slot in self.coordinators.iter().chain(&self.workers) {
             slot.links.etcd.heal();
-            slot.links.api.heal();
+            if let Some(api) = &slot.links.api {
+                api.heal();
+            }
             if let Some(front) = &slot.front {
                 front.heal();
             }

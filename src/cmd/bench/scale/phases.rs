@@ -1,25 +1,30 @@
 //! The phases of `bench scale`, in order, each reading what the module documentation of `scale`
-//! lists: build the objects, restart cold, force a relist, kill the leader.
+//! lists: build the objects, restart cold, force a relist, kill the leader. On a given cluster
+//! (`--kubeconfig`) the relist is not forced, and [`Readings::not_measured`] says so.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::PostParams;
 use serde_json::json;
 
 use super::super::chaos::fleet::ChaosFleet;
 use super::super::chaos::schedule::Link;
 use super::super::create_many::create_all;
+use super::super::local_fleet::BenchScope;
 use super::super::run_report::Unit;
 use super::ScaleArgs;
 use super::probe::{MemorySampler, Metrics, poll_until, reset_peak};
 
 /// How often the phases poll.
 const POLL: Duration = Duration::from_millis(25);
+
+/// The figure a given cluster cannot give, and why: the relist is forced by compacting the
+/// devcluster's etcd (and cutting the leader's API link through the devcluster's proxy).
+pub(super) const RELIST: (&str, &str) = ("forced relist", "needs the devcluster's etcd");
 
 /// What one run read.
 #[derive(Debug, Default, serde::Serialize)]
@@ -32,9 +37,10 @@ pub(super) struct Readings {
     /// Each kind's time from the coordinator's start to its first complete list.
     pub kind_synced_s: BTreeMap<String, f64>,
     pub cold_first_dispatch_s: f64,
-    pub relist_steady_mib: f64,
-    pub relist_peak_mib: f64,
-    pub relist_s: f64,
+    /// The relist's figures; `None` when not measured (see `not_measured`).
+    pub relist_steady_mib: Option<f64>,
+    pub relist_peak_mib: Option<f64>,
+    pub relist_s: Option<f64>,
     pub failover_cold_s: Vec<f64>,
     pub failover_hot_s: Vec<f64>,
     /// Keys the new leader re-dispatched after each hot failover, and how fast.
@@ -44,10 +50,18 @@ pub(super) struct Readings {
     pub timeline: Vec<(f64, f64)>,
     /// Named moments of the timeline, `(s, what)`.
     pub marks: Vec<(f64, String)>,
+    /// Figures this run could not measure, each with the reason (`"forced relist"` → `"needs the
+    /// devcluster's etcd"` on a given cluster); their fields above are `None`, never a made-up number.
+    pub not_measured: BTreeMap<String, String>,
 }
 
-/// Runs every phase on `fleet` (two coordinators, one worker, just started).
-pub(super) async fn measure(args: &ScaleArgs, fleet: &mut ChaosFleet) -> anyhow::Result<Readings> {
+/// Runs every phase on `fleet` (two coordinators, one worker, just started), making the namespaces
+/// of the objects in `scope` (which the caller cleans up).
+pub(super) async fn measure(
+    args: &ScaleArgs,
+    fleet: &mut ChaosFleet,
+    scope: &mut BenchScope,
+) -> anyhow::Result<Readings> {
     let mut r = Readings::default();
     let leader = fleet.leader_slot().await.context("no coordinator leads")?;
     let rss = |fleet: &ChaosFleet, c: usize| -> anyhow::Result<f64> {
@@ -57,17 +71,13 @@ pub(super) async fn measure(args: &ScaleArgs, fleet: &mut ChaosFleet) -> anyhow:
 
     // Build: the Deployments first (the fleet gives each its ReplicaSet), then the pods.
     let created = Instant::now();
-    let namespaces = (0..args.namespaces)
-        .map(|n| format!("scale-{n}"))
-        .collect::<Vec<_>>();
-    for ns in &namespaces {
-        Api::<Namespace>::all(fleet.client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-            )
-            .await
-            .with_context(|| format!("cannot create namespace {ns}"))?;
+    let mut namespaces = Vec::with_capacity(args.namespaces);
+    for n in 0..args.namespaces {
+        namespaces.push(
+            scope
+                .create_namespace(&fleet.client, &format!("scale-{n}"))
+                .await?,
+        );
     }
     let per_ns =
         |total: usize, n: usize| total / args.namespaces + usize::from(n < total % args.namespaces);
@@ -141,45 +151,21 @@ pub(super) async fn measure(args: &ScaleArgs, fleet: &mut ChaosFleet) -> anyhow:
     })
     .await?;
 
-    // A forced relist: the leader's watches broken while etcd compacts past them.
-    r.relist_steady_mib = rss(fleet, leader)?;
-    let process = fleet.coordinator(leader).context("the leader is gone")?;
-    let before = Metrics::read(process).await?;
-    reset_peak(process.pid())?;
-    r.marks.push((sampler.now(), "relist".to_owned()));
-    let relist = Instant::now();
-    fleet.cut(Link::CoordinatorApi(leader));
-    // A write, so the compaction passes the revision every broken watch resumes from.
-    Api::<Namespace>::all(fleet.client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "scale-relist"}}))?,
-        )
-        .await
-        .context("cannot create the relist's namespace")?;
-    fleet.compact().await?;
-    fleet.heal(Link::CoordinatorApi(leader));
-    let process = fleet.coordinator(leader).context("the leader is gone")?;
-    poll_until(process, POLL, args.timeout, "the forced relist", |m| {
-        before
-            .lists_done
-            .iter()
-            .all(|(kind, n)| m.lists_done.get(kind).is_some_and(|now| now > n))
-    })
-    .await?;
-    r.relist_s = relist.elapsed().as_secs_f64();
-    r.relist_peak_mib = super::super::process_stats::peak_rss_mib(process)?;
-    r.marks.push((sampler.now(), "relisted".to_owned()));
+    if args.kubeconfig.is_some() {
+        let (figure, why) = RELIST;
+        r.not_measured.insert(figure.to_owned(), why.to_owned());
+    } else {
+        relist(args, fleet, leader, scope, &sampler, &mut r).await?;
+    }
     r.timeline = sampler.samples();
     drop(sampler);
 
     // Failover, from a cold standby and then from a hot one.
     for hot in [false, true] {
-        let flags = if hot {
-            vec!["--hot-standby".to_owned()]
-        } else {
-            Vec::new()
-        };
+        let mut flags = scope.coordinator_flags();
+        if hot {
+            flags.push("--hot-standby".to_owned());
+        }
         fleet.set_coordinator_flags(flags);
         let leader = fleet.leader_slot().await.context("no coordinator leads")?;
         fleet.stop_coordinator(1 - leader);
@@ -198,6 +184,45 @@ pub(super) async fn measure(args: &ScaleArgs, fleet: &mut ChaosFleet) -> anyhow:
         }
     }
     Ok(r)
+}
+
+/// A forced relist: the leader's watches broken while etcd compacts past them. Needs the
+/// devcluster's etcd.
+async fn relist(
+    args: &ScaleArgs,
+    fleet: &mut ChaosFleet,
+    leader: usize,
+    scope: &mut BenchScope,
+    sampler: &MemorySampler,
+    r: &mut Readings,
+) -> anyhow::Result<()> {
+    let process = fleet.coordinator(leader).context("the leader is gone")?;
+    let steady = super::super::process_stats::rss_mib(process)?;
+    let before = Metrics::read(process).await?;
+    reset_peak(process.pid())?;
+    r.marks.push((sampler.now(), "relist".to_owned()));
+    let relist = Instant::now();
+    fleet.cut(Link::CoordinatorApi(leader));
+    // A write, so the compaction passes the revision every broken watch resumes from.
+    scope
+        .create_namespace(&fleet.client, "scale-relist")
+        .await
+        .context("cannot create the relist's namespace")?;
+    fleet.compact().await?;
+    fleet.heal(Link::CoordinatorApi(leader));
+    let process = fleet.coordinator(leader).context("the leader is gone")?;
+    poll_until(process, POLL, args.timeout, "the forced relist", |m| {
+        before
+            .lists_done
+            .iter()
+            .all(|(kind, n)| m.lists_done.get(kind).is_some_and(|now| now > n))
+    })
+    .await?;
+    r.relist_steady_mib = Some(steady);
+    r.relist_s = Some(relist.elapsed().as_secs_f64());
+    r.relist_peak_mib = Some(super::super::process_stats::peak_rss_mib(process)?);
+    r.marks.push((sampler.now(), "relisted".to_owned()));
+    Ok(())
 }
 
 /// One `kill -9` of the leader once the standby is ready (with `hot`, its informers hold what the
