@@ -10,12 +10,12 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use flotilla_common::Verdict;
 use flotilla_common::tls::check_worker_identity;
 
-use crate::fleet::{Command, Credit, Done, Hello, HelloRefused, Limits};
+use crate::fleet::{Command, Credit, Done, Hello, HelloRefused, Limits, WriteIntent};
 use crate::leader_slot::LeaderSlot;
 use crate::metrics::FleetMetrics;
 
@@ -77,6 +77,27 @@ fn refusal(refused: HelloRefused) -> Status {
         }
         HelloRefused::RegistryUnavailable => Status::unavailable(message),
     }
+}
+
+/// The readable intents of a batch, or `None` if none is. Intents only serve tracing: a garbled one
+/// is dropped (counted, a debug line), never a reason to refuse the stream.
+fn write_intents(
+    batch: proto::WriteIntentBatch,
+    metrics: &FleetMetrics,
+) -> Option<Vec<WriteIntent>> {
+    let mut intents = Vec::with_capacity(batch.items.len());
+    let mut garbled = 0;
+    for intent in batch.items {
+        match WriteIntent::try_from(intent) {
+            Ok(intent) => intents.push(intent),
+            Err(error) => {
+                garbled += 1;
+                debug!(%error, "unreadable write intent; dropped");
+            }
+        }
+    }
+    metrics.intents_dropped("garbled", garbled);
+    (!intents.is_empty()).then_some(intents)
 }
 
 type WorkStream = Pin<Box<dyn Stream<Item = Result<proto::CoordinatorMessage, Status>> + Send>>;
@@ -233,6 +254,12 @@ impl proto::dispatch_server::Dispatch for DispatchService {
                                 worker: worker.clone(),
                                 conn_id,
                                 done,
+                            }
+                        }
+                        Some(proto::worker_message::Msg::Intents(batch)) => {
+                            match write_intents(batch, &metrics) {
+                                Some(intents) => Command::Intents { intents },
+                                None => continue,
                             }
                         }
                         Some(proto::worker_message::Msg::Hello(_)) => {

@@ -84,6 +84,10 @@ pub struct FleetMetrics {
     pub backlog: Gauge,
     /// Controllers retired because no live worker ran them.
     pub retired: Counter,
+    /// Write intents of traced reconciles the leader did not link, by why: `garbled` (unreadable),
+    /// `unknown_resource` (no informer watches it), `table_full` (the oldest made room), `expired`
+    /// (no watch event on the object within the bound).
+    pub write_intents_dropped: Family<ReasonLabel, Counter>,
     /// Which refusals get a log line (shared by every clone).
     pub log_limiter: LogLimiter,
 }
@@ -185,6 +189,11 @@ impl FleetMetrics {
             });
         }
         registry.register(
+            "flotilla_trace_write_intents_dropped",
+            "Write intents of traced reconciles not linked to a watch event, by reason",
+            m.write_intents_dropped.clone(),
+        );
+        registry.register(
             "flotilla_dispatch_backlog",
             "Keys routed but not yet sent",
             m.backlog.clone(),
@@ -199,6 +208,17 @@ impl FleetMetrics {
                 name: fleet.to_owned(),
             })
             .clone()
+    }
+
+    /// Counts `n` write intents dropped for `reason` (see [`FleetMetrics::write_intents_dropped`]).
+    pub fn intents_dropped(&self, reason: &str, n: u64) {
+        if n > 0 {
+            self.write_intents_dropped
+                .get_or_create(&ReasonLabel {
+                    reason: reason.to_owned(),
+                })
+                .inc_by(n);
+        }
     }
 
     /// Counts one refused input.

@@ -3,8 +3,10 @@
 //! without it, a ReplicaSet reconciled again before its pod creations reach the cache creates them twice.
 
 use std::collections::HashMap;
+use std::time::SystemTime;
 
-use flotilla_common::ResourceKind;
+use flotilla_common::{ResourceKind, TraceContext};
+use opentelemetry::KeyValue;
 use tokio::time::Instant;
 
 use super::messages::WriteOp;
@@ -64,6 +66,24 @@ struct Hold {
     /// Writes not yet observed.
     remaining: usize,
     deadline: Instant,
+    /// A traced run's hold only: what its `wait read_your_writes` span needs.
+    trace: Option<HoldTrace>,
+}
+
+/// The `wait read_your_writes` span of a traced run's hold: under the run's `dispatch` span, from the
+/// hold to its release.
+#[derive(Debug)]
+struct HoldTrace {
+    parent: TraceContext,
+    since: SystemTime,
+    writes: usize,
+}
+
+/// How a hold ended, for its span's `outcome`.
+#[derive(Debug, Clone, Copy)]
+enum Ended {
+    Observed,
+    Expired,
 }
 
 /// The table of held keys and the writes they wait for.
@@ -81,13 +101,15 @@ pub struct Expectations {
 
 impl Expectations {
     /// Holds `(controller, key)` until every write in `unobserved` is observed, or `deadline`.
-    /// `unobserved` must be non-empty and contain only writes the cache has not shown yet.
+    /// `unobserved` must be non-empty and contain only writes the cache has not shown yet. The hold of
+    /// a traced run (`trace`: its `dispatch` span) ends in a `wait read_your_writes` span under it.
     pub fn hold(
         &mut self,
         controller: &str,
         key: &str,
         unobserved: Vec<(ResourceKind, String, Expected)>,
         deadline: Instant,
+        trace: Option<TraceContext>,
     ) {
         debug_assert!(!unobserved.is_empty());
         let id = self.next_id;
@@ -106,6 +128,11 @@ impl Expectations {
                 key: key.into(),
                 remaining,
                 deadline,
+                trace: trace.map(|parent| HoldTrace {
+                    parent,
+                    since: SystemTime::now(),
+                    writes: remaining,
+                }),
             },
         );
         self.by_key.insert((controller.into(), key.into()), id);
@@ -148,7 +175,7 @@ impl Expectations {
         }
         released
             .into_iter()
-            .filter_map(|id| self.release(id))
+            .filter_map(|id| self.release(id, Ended::Observed))
             .collect()
     }
 
@@ -167,7 +194,9 @@ impl Expectations {
             waiters.retain(|(id, _)| !due.contains(id));
             !waiters.is_empty()
         });
-        due.into_iter().filter_map(|id| self.release(id)).collect()
+        due.into_iter()
+            .filter_map(|id| self.release(id, Ended::Expired))
+            .collect()
     }
 
     /// Number of held keys.
@@ -176,16 +205,38 @@ impl Expectations {
     }
 
     /// Every held (controller, key).
-    #[cfg(test)]
     pub fn held(&self) -> impl Iterator<Item = &(String, String)> {
         self.by_key.keys()
     }
 
-    fn release(&mut self, id: u64) -> Option<(String, String)> {
+    fn release(&mut self, id: u64, ended: Ended) -> Option<(String, String)> {
         let hold = self.holds.remove(&id)?;
+        if let Some(trace) = &hold.trace {
+            trace.end(ended);
+        }
         let pair = (hold.controller, hold.key);
         self.by_key.remove(&pair);
         Some(pair)
+    }
+}
+
+impl HoldTrace {
+    /// Exports the span, ending now: `writes` (how many the hold waited for) and `outcome`.
+    fn end(&self, ended: Ended) {
+        let outcome = match ended {
+            Ended::Observed => "observed",
+            Ended::Expired => "expired",
+        };
+        flotilla_common::record_wait(
+            &self.parent,
+            "read_your_writes",
+            self.since,
+            SystemTime::now(),
+            [
+                KeyValue::new("writes", i64::try_from(self.writes).unwrap_or(i64::MAX)),
+                KeyValue::new("outcome", outcome),
+            ],
+        );
     }
 }
 
@@ -211,6 +262,7 @@ mod tests {
                 (cm(), "ns/b".into(), Expected::AtLeast(11)),
             ],
             now + Duration::from_secs(300),
+            None,
         );
         assert!(e.is_held("c", "ns/p"));
         assert!(
@@ -237,6 +289,7 @@ mod tests {
             "k",
             vec![(cm(), "ns/a".into(), Expected::Deleted(None))],
             Instant::now() + Duration::from_secs(1),
+            None,
         );
         assert!(e.observe(&cm(), "ns/a", Some(50)).is_empty());
         assert_eq!(e.observe(&cm(), "ns/a", None).len(), 1);
@@ -251,6 +304,7 @@ mod tests {
             "k",
             vec![(cm(), "ns/a".into(), Expected::AtLeast(5))],
             now + Duration::from_secs(300),
+            None,
         );
         assert!(e.expire(now + Duration::from_secs(299)).is_empty());
         assert_eq!(

@@ -70,6 +70,13 @@ fn worker_messages() {
                         }
                     }
                 }
+                Some(Msg::Intents(batch)) => {
+                    for intent in batch.items {
+                        if let Ok(intent) = super::messages::WriteIntent::try_from(intent) {
+                            assert!(!intent.name.is_empty() && !intent.name.contains('/'));
+                        }
+                    }
+                }
                 None => {}
             }
         });

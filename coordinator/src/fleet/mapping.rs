@@ -4,6 +4,8 @@
 //! built on first use and kept current by [`Routes::observe`]; fan-out reads the primary kind's keys
 //! from its store.
 //!
+//! Each key comes with the rule that produced it ([`Via`]), so the event's `enqueue` span can say why.
+//!
 //! Keys follow the primary's scope: `namespace/name` for a namespaced primary, `name` for a
 //! cluster-scoped one whatever the related object's scope. A rule that would name a namespaced primary
 //! without a namespace (a cluster-scoped object owned by, or naming by field, a namespaced primary
@@ -24,6 +26,116 @@ pub struct Routes {
     by_kind: BTreeMap<ResourceKind, Vec<(String, Role)>>,
     /// (primary kind, selector path) → the primaries' selectors, once a lookup needed them.
     selectors: BTreeMap<(ResourceKind, String), SelectorIndex>,
+}
+
+/// The rules that produced one (controller, key) of one event, a set with a fixed order: `self` (the
+/// primary object itself), `owner`, `field`, `selector`, `fan-out`, `owner-graph`. An event may reach
+/// a key through several rules (a pod owned by, and selected by, one ReplicaSet): the dispatcher
+/// queues the key once and names them all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Via(u8);
+
+impl Via {
+    /// The primary object itself.
+    pub const SELF: Self = Self(1);
+    /// The object's controller ownerReference.
+    pub const OWNER: Self = Self(1 << 1);
+    /// A field of the object naming the primary.
+    pub const FIELD: Self = Self(1 << 2);
+    /// A primary's selector matching the object's labels.
+    pub const SELECTOR: Self = Self(1 << 3);
+    /// Every primary.
+    pub const FAN_OUT: Self = Self(1 << 4);
+    /// The ownerReference graph (the garbage collector's keys).
+    pub const OWNER_GRAPH: Self = Self(1 << 5);
+
+    const NAMES: [&'static str; 6] = [
+        "self",
+        "owner",
+        "field",
+        "selector",
+        "fan-out",
+        "owner-graph",
+    ];
+
+    /// The rule of a mapping.
+    pub fn of(rule: &MappingRule) -> Self {
+        match rule {
+            MappingRule::Owner => Self::OWNER,
+            MappingRule::Field { .. } => Self::FIELD,
+            MappingRule::Selector { .. } => Self::SELECTOR,
+            MappingRule::FanOut => Self::FAN_OUT,
+        }
+    }
+
+    /// Both sets of rules.
+    #[must_use]
+    pub fn with(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+
+    /// The `mapping` attribute: the rules' names joined with `,` in the fixed order.
+    pub fn label(self) -> String {
+        let mut out = String::new();
+        for (bit, name) in Self::NAMES.iter().enumerate() {
+            if self.0 & (1 << bit) != 0 {
+                if !out.is_empty() {
+                    out.push(',');
+                }
+                out.push_str(name);
+            }
+        }
+        out
+    }
+}
+
+/// A (controller, key) an event queues, with the rule that produced it.
+pub type RoutedKey = (String, String, Via);
+
+/// Collapses one event's routed keys to one per (controller, key), in first-seen order, each with
+/// every rule that produced it. Queueing these leaves the queue as queueing every repeat would have:
+/// client-go's dirty set keeps one entry per key, with the first add's reason, so a repeat within one
+/// event only ever coalesced. What changes is the trace: one `enqueue` per key, naming its rules.
+pub fn distinct(keys: Vec<RoutedKey>) -> Vec<RoutedKey> {
+    if keys.len() < 2 {
+        return keys;
+    }
+    // An event routes to a handful of keys but for fan-out: a scan needs no hashing.
+    if keys.len() <= 16 {
+        let mut out: Vec<RoutedKey> = Vec::with_capacity(keys.len());
+        for (controller, key, via) in keys {
+            match out
+                .iter_mut()
+                .find(|(c, k, _)| *c == controller && *k == key)
+            {
+                Some(seen) => seen.2 = seen.2.with(via),
+                None => out.push((controller, key, via)),
+            }
+        }
+        return out;
+    }
+    // For each pair, the index of its first occurrence, and there the union of the rules.
+    let mut first_of: std::collections::HashMap<(&str, &str), usize> =
+        std::collections::HashMap::with_capacity(keys.len());
+    let mut first = Vec::with_capacity(keys.len());
+    let mut via: Vec<Via> = keys.iter().map(|(_, _, v)| *v).collect();
+    for (i, (controller, key, v)) in keys.iter().enumerate() {
+        let at = *first_of
+            .entry((controller.as_str(), key.as_str()))
+            .or_insert(i);
+        if at != i {
+            via[at] = via[at].with(*v);
+        }
+        first.push(at);
+    }
+    if first.iter().enumerate().all(|(i, &at)| i == at) {
+        return keys;
+    }
+    keys.into_iter()
+        .enumerate()
+        .filter(|(i, _)| first[*i] == *i)
+        .map(|(i, (controller, key, _))| (controller, key, via[i]))
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -87,34 +199,36 @@ impl Routes {
     pub fn observe(&mut self, event: &InformerEvent) {
         for ((kind, _), index) in &mut self.selectors {
             match event {
-                InformerEvent::Applied { new, .. } if &new.kind == kind => index.apply(new),
-                InformerEvent::Deleted { old, .. } if &old.kind == kind => index.remove(old),
+                InformerEvent::Applied { new, .. } if *new.kind == *kind => index.apply(new),
+                InformerEvent::Deleted { old, .. } if *old.kind == *kind => index.remove(old),
                 _ => {}
             }
         }
     }
 
-    /// The (controller, key) pairs an event on `object` enqueues.
+    /// The (controller, key) pairs an event on `object` enqueues, each with its rule; a pair may
+    /// come more than once (through several rules, or from an update's old and new object).
     pub fn keys_for(
         &mut self,
         object: &CachedObject,
         informers: &Informers,
-        out: &mut Vec<(String, String)>,
+        out: &mut Vec<RoutedKey>,
     ) {
         let Some(routes) = self.by_kind.get(&object.kind) else {
             return;
         };
         for (controller, role) in routes {
             match role {
-                Role::Primary => out.push((controller.clone(), object.key())),
+                Role::Primary => out.push((controller.clone(), object.key(), Via::SELF)),
                 Role::Mapped { primary, rule } => {
+                    let via = Via::of(rule);
                     map_related(
                         object,
                         primary,
                         rule,
                         informers,
                         &mut self.selectors,
-                        |key| out.push((controller.clone(), key)),
+                        |key| out.push((controller.clone(), key, via)),
                     );
                 }
             }
@@ -135,7 +249,7 @@ fn map_related(
     let names_primary = |namespace: Option<&str>| !primary.namespaced || namespace.is_some();
     match rule {
         MappingRule::Owner => {
-            if let Some(owner) = &object.controller_owner
+            if let Some(owner) = object.controller_owner()
                 && owner.kind == primary.kind
                 && owner.api_version == primary.api_version()
                 && names_primary(ns)
@@ -270,7 +384,7 @@ mod tests {
     fn keys(routes: &mut Routes, informers: &Informers, object: &CachedObject) -> Vec<String> {
         let mut out = Vec::new();
         routes.keys_for(object, informers, &mut out);
-        let mut keys: Vec<String> = out.into_iter().map(|(_, key)| key).collect();
+        let mut keys: Vec<String> = out.into_iter().map(|(_, key, _)| key).collect();
         keys.sort();
         keys
     }
@@ -415,6 +529,96 @@ mod tests {
             json!({"metadata": {"labels": {"claim": "logs"}}}),
         );
         assert_eq!(keys(&mut routes, &informers, &pod), ["b/logs"]);
+    }
+
+    #[tokio::test]
+    async fn an_event_reaching_a_key_through_several_rules_queues_it_once_naming_every_rule() {
+        let replicasets = ResourceKind::new("apps", "v1", "ReplicaSet", "replicasets", true);
+        let pods = kind("Pod", "pods", true);
+        let web = object(
+            &replicasets,
+            Some("a"),
+            "web",
+            json!({"spec": {"selector": {"matchLabels": {"app": "web"}}}}),
+        );
+        let informers = informers(&[web]);
+        let mut routes = Routes::default();
+        routes.add(&spec(
+            replicasets,
+            vec![
+                (pods.clone(), MappingRule::Owner),
+                (
+                    pods.clone(),
+                    MappingRule::Selector {
+                        selector_path: "spec.selector".into(),
+                    },
+                ),
+            ],
+        ));
+        let pod = object(
+            &pods,
+            Some("a"),
+            "web-1",
+            json!({"metadata": {"labels": {"app": "web"}, "ownerReferences": [{"apiVersion": "apps/v1",
+                "kind": "ReplicaSet", "name": "web", "uid": "uid-web", "controller": true}]}}),
+        );
+        // An update: the old and the new pod both route, through both rules.
+        let mut out = Vec::new();
+        routes.keys_for(&pod, &informers, &mut out);
+        routes.keys_for(&pod, &informers, &mut out);
+        assert_eq!(out.len(), 4);
+        let keys = distinct(out);
+        assert_eq!(
+            keys,
+            [(
+                "c".to_owned(),
+                "a/web".to_owned(),
+                Via::OWNER.with(Via::SELECTOR)
+            )]
+        );
+        assert_eq!(keys[0].2.label(), "owner,selector");
+    }
+
+    #[test]
+    fn distinct_keys_keep_their_first_order_and_rules_are_named_in_a_fixed_order() {
+        let k = |c: &str, key: &str, via| (c.to_owned(), key.to_owned(), via);
+        let keys = distinct(vec![
+            k("a", "x", Via::SELECTOR),
+            k("b", "x", Via::SELF),
+            k("a", "y", Via::FIELD),
+            k("a", "x", Via::OWNER),
+            k("b", "x", Via::SELF),
+        ]);
+        assert_eq!(
+            keys,
+            [
+                k("a", "x", Via::OWNER.with(Via::SELECTOR)),
+                k("b", "x", Via::SELF),
+                k("a", "y", Via::FIELD)
+            ]
+        );
+        let all = [
+            Via::OWNER_GRAPH,
+            Via::FAN_OUT,
+            Via::SELECTOR,
+            Via::FIELD,
+            Via::OWNER,
+            Via::SELF,
+        ]
+        .into_iter()
+        .fold(Via::default(), Via::with);
+        assert_eq!(all.label(), "self,owner,field,selector,fan-out,owner-graph");
+        assert_eq!(Via::FAN_OUT.label(), "fan-out");
+
+        // Past the scan's size, the same answer.
+        let mut many: Vec<RoutedKey> = (0..40)
+            .map(|n| k("a", &format!("k{}", n % 20), Via::FAN_OUT))
+            .collect();
+        many.push(k("a", "k3", Via::SELF));
+        let keys = distinct(many);
+        assert_eq!(keys.len(), 20);
+        assert_eq!(keys[0], k("a", "k0", Via::FAN_OUT));
+        assert_eq!(keys[3], k("a", "k3", Via::SELF.with(Via::FAN_OUT)));
     }
 
     #[tokio::test]

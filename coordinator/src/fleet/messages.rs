@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use flotilla_common::ResourceKind;
+use flotilla_common::{ResourceKind, TraceContext};
 use flotilla_proto as proto;
 
 use crate::informer::IndexSpec;
@@ -573,6 +573,86 @@ impl TryFrom<proto::Done> for Done {
             writes: writes.into_iter().filter_map(Result::ok).collect(),
             invalid_writes: invalid_writes.into_iter().filter_map(Result::err).collect(),
             error,
+        })
+    }
+}
+
+/// A traced reconcile's announcement that it is about to write a named object (`WriteIntent`), checked:
+/// the object as the request's path names it, and the context of the request's client span. The
+/// dispatcher links the object's next watch event (the write's echo) to that span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteIntent {
+    /// API group; empty for the core group.
+    pub group: String,
+    /// API version the request used.
+    pub version: String,
+    /// Resource (plural), e.g. `replicasets`.
+    pub resource: String,
+    /// The object's namespace; `None` for a cluster-scoped object.
+    pub namespace: Option<String>,
+    /// The object's name.
+    pub name: String,
+    /// The request's client span.
+    pub trace: TraceContext,
+}
+
+impl WriteIntent {
+    /// The object's cache key: `namespace/name`, or `name` when cluster-scoped.
+    pub fn object_key(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// A path segment of a write intent: 1 to `max` bytes of lowercase letters, digits, `-` and `.`.
+fn segment(text: &str, max: usize, field: &'static str) -> Result<(), ConvertError> {
+    let ok = !text.is_empty()
+        && text.len() <= max
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            format!("must be 1 to {max} lowercase letters, digits, '-' or '.'"),
+        ))
+    }
+}
+
+impl TryFrom<proto::WriteIntent> for WriteIntent {
+    type Error = ConvertError;
+
+    /// Checks every part: a peer's text only ever becomes a lookup key, but a garbled one must not
+    /// be kept for 30 s either.
+    fn try_from(w: proto::WriteIntent) -> Result<Self, ConvertError> {
+        if !w.group.is_empty() {
+            segment(&w.group, 253, "intent.group")?;
+        }
+        segment(&w.version, 63, "intent.version")?;
+        segment(&w.resource, 63, "intent.resource")?;
+        let namespace = if w.namespace.is_empty() {
+            None
+        } else {
+            flotilla_common::validate_label(&w.namespace)
+                .map_err(|reason| invalid("intent.namespace", reason))?;
+            Some(w.namespace)
+        };
+        if w.name.is_empty() || w.name.len() > 253 || w.name.contains('/') {
+            return Err(invalid("intent.name", "must be 1 to 253 bytes without '/'"));
+        }
+        let trace = TraceContext::parse(&w.traceparent)
+            .ok_or_else(|| invalid("intent.traceparent", "not a sampled W3C traceparent"))?;
+        Ok(Self {
+            group: w.group,
+            version: w.version,
+            resource: w.resource,
+            namespace,
+            name: w.name,
+            trace,
         })
     }
 }

@@ -84,6 +84,9 @@ proptest! {
                 Some(proto::worker_message::Msg::Done(batch)) => {
                     for d in batch.items { let _ = Done::try_from(d); }
                 }
+                Some(proto::worker_message::Msg::Intents(batch)) => {
+                    for w in batch.items { let _ = WriteIntent::try_from(w); }
+                }
                 None => {}
             }
         }
@@ -436,4 +439,95 @@ fn a_hello_whose_controllers_name_more_than_128_kinds_together_is_refused_before
     assert!(
         Hello::from_proto(hello(vec![controller("a", 0), controller("b", 0)]), &limits).is_ok()
     );
+}
+
+#[test]
+fn a_write_intent_names_its_object_by_cache_key_and_garbled_ones_are_refused() {
+    let good = || proto::WriteIntent {
+        group: "apps".into(),
+        version: "v1".into(),
+        resource: "replicasets".into(),
+        namespace: "default".into(),
+        name: "web-7957".into(),
+        traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+    };
+    let intent = WriteIntent::try_from(good()).unwrap();
+    assert_eq!(intent.object_key(), "default/web-7957");
+    assert_eq!(intent.trace.traceparent(), good().traceparent);
+    let node = WriteIntent::try_from(proto::WriteIntent {
+        group: String::new(),
+        resource: "nodes".into(),
+        namespace: String::new(),
+        name: "n1".into(),
+        ..good()
+    })
+    .unwrap();
+    assert_eq!(
+        (node.namespace.as_deref(), node.object_key().as_str()),
+        (None, "n1")
+    );
+    for (bad, field) in [
+        (
+            proto::WriteIntent {
+                resource: String::new(),
+                ..good()
+            },
+            "intent.resource",
+        ),
+        (
+            proto::WriteIntent {
+                version: "V1".into(),
+                ..good()
+            },
+            "intent.version",
+        ),
+        (
+            proto::WriteIntent {
+                group: "a/b".into(),
+                ..good()
+            },
+            "intent.group",
+        ),
+        (
+            proto::WriteIntent {
+                namespace: "Bad_NS".into(),
+                ..good()
+            },
+            "intent.namespace",
+        ),
+        (
+            proto::WriteIntent {
+                name: "a/b".into(),
+                ..good()
+            },
+            "intent.name",
+        ),
+        (
+            proto::WriteIntent {
+                name: String::new(),
+                ..good()
+            },
+            "intent.name",
+        ),
+        (
+            proto::WriteIntent {
+                traceparent: "garbage".into(),
+                ..good()
+            },
+            "intent.traceparent",
+        ),
+        (
+            // Unsampled: carries nothing.
+            proto::WriteIntent {
+                traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00".into(),
+                ..good()
+            },
+            "intent.traceparent",
+        ),
+    ] {
+        match WriteIntent::try_from(bad) {
+            Err(ConvertError::Invalid { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
 }

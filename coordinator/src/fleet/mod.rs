@@ -15,10 +15,11 @@ mod selector_index;
 mod shards;
 mod spec_codec;
 mod workers;
+mod write_intents;
 
 pub use access::{AccessDenied, CacheAccess, WorkerReads};
 pub use dispatcher::{Command, DISCOVERY_PERIOD, DispatcherHandle, TermContext, spawn};
-pub use messages::{Credit, Done, Hello, HelloRefused, Limits};
+pub use messages::{Credit, Done, Hello, HelloRefused, Limits, WriteIntent};
 pub use progress::DispatchProgress;
 
 /// What a stored controller spec (etcd `controllers/<name>`) needs informers for: the kinds it names,

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use flotilla_common::{FOREGROUND_FINALIZER, KindedKey, ORPHAN_FINALIZER, ResourceKind};
 
+use super::mapping::{RoutedKey, Via};
 use crate::informer::{CachedObject, InformerEvent, Informers, OwnerRef};
 
 /// How long a discovered kind may take to sync before the graph stops waiting for it (a resource whose
@@ -116,13 +117,8 @@ impl OwnerGraph {
             .collect()
     }
 
-    /// The (controller, key) pairs an informer event enqueues.
-    pub fn keys_for(
-        &self,
-        event: &InformerEvent,
-        informers: &Informers,
-        out: &mut Vec<(String, String)>,
-    ) {
+    /// The (controller, key) pairs an informer event enqueues, each by [`Via::OWNER_GRAPH`].
+    pub fn keys_for(&self, event: &InformerEvent, informers: &Informers, out: &mut Vec<RoutedKey>) {
         if self.controllers.is_empty() || !self.covers(event.kind()) {
             return;
         }
@@ -152,7 +148,7 @@ impl OwnerGraph {
         }
         for key in keys {
             for controller in &self.controllers {
-                out.push((controller.clone(), key.clone()));
+                out.push((controller.clone(), key.clone(), Via::OWNER_GRAPH));
             }
         }
     }
@@ -310,7 +306,7 @@ mod tests {
     fn keys(graph: &OwnerGraph, informers: &Informers, event: InformerEvent) -> Vec<String> {
         let mut out = Vec::new();
         graph.keys_for(&event, informers, &mut out);
-        let mut keys: Vec<String> = out.into_iter().map(|(_, key)| key).collect();
+        let mut keys: Vec<String> = out.into_iter().map(|(_, key, _)| key).collect();
         keys.sort();
         keys
     }

@@ -17,5 +17,5 @@ pub use rate_limiter::{
     ControllerRateLimiterConfig, RateLimiter, RateLimiterConfigError,
     default_controller_rate_limiter,
 };
-pub use traces::TraceLinks;
+pub use traces::{QueueWait, TraceLinks};
 pub use work_queue::WorkQueue;

@@ -81,6 +81,34 @@ impl TraceLinks {
     }
 }
 
+/// What a queued key waited behind before its run, best effort, the first that applies: the key was
+/// still running when added (`running`), or waiting for its last run's writes to be observed (`held`),
+/// or came back from a retry's backoff or a requeue's delay (`rate_limited`); otherwise it only waited
+/// its turn (`queued`). The dispatcher adds `no_worker` (no credits, or no owner of its shard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueWait {
+    /// Waited its turn in the queue.
+    Queued,
+    /// Added while a run of the key was out: the per-key serialization.
+    Running,
+    /// Added while the key was held for read-your-writes.
+    Held,
+    /// Added when a delay (backoff, requeue-after) ended.
+    RateLimited,
+}
+
+impl QueueWait {
+    /// The `wait.reason` of the `wait queue` span.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Held => "held",
+            Self::RateLimited => "rate_limited",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,17 +1,18 @@
 //! The workqueue of one controller: client-go's queue, delaying queue and rate-limiting queue as one
 //! synchronous value owned by a single task.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::Hash;
 use std::time::Duration;
 
 use flotilla_common::TraceContext;
+use foldhash::HashMap;
 use tokio::time::Instant;
 
 use super::delaying::Waiting;
 use super::metrics::QueueMetrics;
 use super::rate_limiter::RateLimiter;
-use super::traces::TraceLinks;
+use super::traces::{QueueWait, TraceLinks};
 
 /// Longest delay `add_after` honours; longer ones are clamped so `now + delay` cannot overflow.
 const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -39,12 +40,13 @@ pub struct WorkQueue<K: Clone + Eq + Hash, R = ()> {
     /// `processing`.
     queue: VecDeque<K>,
     /// Keys that need (another) run, with the time they were first added since their last `get`,
-    /// that add's reason and the traces of every traced add since. `dirty ⊇ queue`, and a dirty key
-    /// missing from `queue` is in `processing`: `done` queues it again.
-    dirty: HashMap<K, (Instant, R, TraceLinks)>,
+    /// that add's reason, the traces of every traced add since and what that first add waited behind.
+    /// `dirty ⊇ queue`, and a dirty key missing from `queue` is in `processing`: `done` queues it again.
+    dirty: HashMap<K, (Instant, R, TraceLinks, QueueWait)>,
     /// Keys handed out by `get` and not yet `done`, with the time they were handed out, the reason
-    /// they run and the traces merged into the run. Disjoint from `queue`.
-    processing: HashMap<K, (Instant, R, TraceLinks)>,
+    /// they run, the traces merged into the run, and when and behind what the run was queued.
+    /// Disjoint from `queue`.
+    processing: HashMap<K, (Instant, R, TraceLinks, Queued)>,
     /// Keys waiting out an `add_after` delay, with why and the sampled trace they continue; independent
     /// of the sets above (a key may wait and be queued).
     waiting: Waiting<K, (R, Option<TraceContext>)>,
@@ -65,8 +67,8 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
         Self {
             name: name.to_owned(),
             queue: VecDeque::new(),
-            dirty: HashMap::new(),
-            processing: HashMap::new(),
+            dirty: HashMap::default(),
+            processing: HashMap::default(),
             waiting: Waiting::default(),
             rate_limiter,
             metrics,
@@ -103,6 +105,17 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
         reason: impl FnOnce() -> R,
         trace: Option<TraceContext>,
     ) -> bool {
+        self.add_inner(key, reason, trace, false)
+    }
+
+    /// [`WorkQueue::add_traced`]; `delayed`: the add ends a rate limiter's or a requeue's delay.
+    fn add_inner(
+        &mut self,
+        key: K,
+        reason: impl FnOnce() -> R,
+        trace: Option<TraceContext>,
+        delayed: bool,
+    ) -> bool {
         if self.shutting_down {
             return false;
         }
@@ -113,11 +126,21 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
             return false;
         }
         self.metrics.adds.inc();
-        if !self.processing.contains_key(&key) {
-            self.queue.push_back(key.clone());
-        }
+        // What the add waits behind, the first that applies (for the `wait queue` span).
+        let wait = match self.processing.get(&key) {
+            Some((.., queued)) if queued.held => QueueWait::Held,
+            Some(_) => QueueWait::Running,
+            None => {
+                self.queue.push_back(key.clone());
+                if delayed {
+                    QueueWait::RateLimited
+                } else {
+                    QueueWait::Queued
+                }
+            }
+        };
         self.dirty
-            .insert(key, (Instant::now(), reason(), TraceLinks::of(trace)));
+            .insert(key, (Instant::now(), reason(), TraceLinks::of(trace), wait));
         self.update_depth();
         true
     }
@@ -134,18 +157,24 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
         let key = self.queue.pop_front()?;
         let now = Instant::now();
         // Every queued key is dirty (the invariant above), so its reason is there.
-        let (added, reason, traces) = self.dirty.remove(&key)?;
+        let (added, reason, traces, wait) = self.dirty.remove(&key)?;
         self.metrics
             .queue_duration
             .observe(now.saturating_duration_since(added).as_secs_f64());
-        self.processing.insert(key.clone(), (now, reason, traces));
+        let queued = Queued {
+            since: added,
+            wait,
+            held: false,
+        };
+        self.processing
+            .insert(key.clone(), (now, reason, traces, queued));
         self.update_depth();
         Some(key)
     }
 
     /// Why `key`, handed out by [`WorkQueue::get`] and not done yet, runs; `None` for any other key.
     pub fn reason(&self, key: &K) -> Option<&R> {
-        self.processing.get(key).map(|(_, reason, _)| reason)
+        self.processing.get(key).map(|(_, reason, ..)| reason)
     }
 
     /// The sampled traces merged into the run of `key` (handed out by [`WorkQueue::get`], not done
@@ -154,13 +183,29 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
         static NONE: TraceLinks = TraceLinks::None;
         self.processing
             .get(key)
-            .map_or(&NONE, |(_, _, traces)| traces)
+            .map_or(&NONE, |(_, _, traces, _)| traces)
+    }
+
+    /// When the run of `key` (handed out by [`WorkQueue::get`], not done yet) was first added, when
+    /// it was handed out, and what it waited behind; `None` for any other key.
+    pub fn queued(&self, key: &K) -> Option<(Instant, Instant, QueueWait)> {
+        self.processing
+            .get(key)
+            .map(|(started, _, _, queued)| (queued.since, *started, queued.wait))
+    }
+
+    /// Notes that the run of `key` (processing) ended and the key now waits for its writes to be
+    /// observed: an add from now on waits behind that ([`QueueWait::Held`]). Changes nothing else.
+    pub fn mark_held(&mut self, key: &K) {
+        if let Some((.., queued)) = self.processing.get_mut(key) {
+            queued.held = true;
+        }
     }
 
     /// Ends the processing of `key` (returned by [`WorkQueue::get`]); if it was added meanwhile, it is queued
     /// again. A key that is not being processed is ignored.
     pub fn done(&mut self, key: &K) {
-        let Some((started, _, _)) = self.processing.remove(key) else {
+        let Some((started, ..)) = self.processing.remove(key) else {
             return;
         };
         self.metrics.work_duration.observe(
@@ -249,7 +294,7 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
     pub fn promote_due(&mut self, now: Instant) -> usize {
         let mut promoted = 0;
         while let Some((key, (reason, trace))) = self.waiting.pop_due(now) {
-            let _ = self.add_traced(key, || reason, trace);
+            let _ = self.add_inner(key, || reason, trace, true);
             promoted += 1;
         }
         promoted
@@ -304,7 +349,7 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
         let (total, oldest) =
             self.processing
                 .values()
-                .fold((0.0, 0.0_f64), |(total, oldest), (started, _, _)| {
+                .fold((0.0, 0.0_f64), |(total, oldest), (started, ..)| {
                     let age = now.saturating_duration_since(*started).as_secs_f64();
                     (total + age, oldest.max(age))
                 });
@@ -319,6 +364,17 @@ impl<K: Clone + Eq + Hash, R> WorkQueue<K, R> {
             .depth
             .set(i64::try_from(self.dirty.len()).unwrap_or(i64::MAX));
     }
+}
+
+/// When and behind what a processing key's run was queued (for the `wait queue` span).
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    /// The first add of the run.
+    since: Instant,
+    /// What that add waited behind.
+    wait: QueueWait,
+    /// The run ended and its writes are awaited ([`WorkQueue::mark_held`]).
+    held: bool,
 }
 
 #[cfg(test)]

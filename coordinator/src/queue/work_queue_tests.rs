@@ -506,3 +506,79 @@ async fn a_rate_limited_retry_carries_the_failed_runs_trace_through_its_delay() 
     assert_eq!(q.get(), Some("a"));
     assert!(q.traces(&"a").is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_run_says_when_it_was_first_queued_and_what_it_waited_behind() {
+    let mut q = queue();
+    let t0 = Instant::now();
+    q.add("a");
+    advance(ms(5)).await;
+    q.add("a");
+    assert_eq!(q.get(), Some("a"));
+    assert_eq!(
+        q.queued(&"a"),
+        Some((t0, t0 + ms(5), QueueWait::Queued)),
+        "the first add counts"
+    );
+    assert_eq!(q.queued(&"b"), None);
+
+    // Added while its run is out: behind the run.
+    q.add("a");
+    q.done(&"a");
+    assert_eq!(q.get(), Some("a"));
+    assert_eq!(q.queued(&"a").map(|(.., w)| w), Some(QueueWait::Running));
+
+    // Added while the run's writes are awaited: behind the hold; the queue itself behaves the same.
+    q.mark_held(&"a");
+    q.add("a");
+    assert_eq!(q.get(), None, "still processing");
+    q.done(&"a");
+    assert_eq!(q.get(), Some("a"));
+    assert_eq!(q.queued(&"a").map(|(.., w)| w), Some(QueueWait::Held));
+    q.done(&"a");
+
+    // Back from a retry's backoff.
+    q.add_rate_limited("b");
+    let due = q.next_deadline().unwrap();
+    advance(due.saturating_duration_since(Instant::now())).await;
+    q.promote_due(Instant::now());
+    assert_eq!(q.get(), Some("b"));
+    assert_eq!(
+        q.queued(&"b").map(|(.., w)| w),
+        Some(QueueWait::RateLimited)
+    );
+    assert_eq!(QueueWait::RateLimited.label(), "rate_limited");
+}
+
+#[tokio::test(start_paused = true)]
+async fn adding_each_key_of_an_event_once_leaves_the_queue_as_adding_every_repeat() {
+    // The dispatcher collapses one event's repeated keys before adding them: the queue must end up
+    // the same, as client-go's dirty set would (a repeat only coalesces and keeps the first reason).
+    let event: [(&str, &str); 5] = [("a", "1"), ("b", "2"), ("a", "3"), ("c", "4"), ("b", "5")];
+    let mut repeated = queue_with_reasons();
+    let mut distinct = queue_with_reasons();
+    for q in [&mut repeated, &mut distinct] {
+        q.add_because("b", || "earlier");
+        assert_eq!(q.get(), Some("b"), "b is running when the event comes");
+    }
+    for (key, reason) in event {
+        repeated.add_because(key, || reason);
+    }
+    for (key, reason) in [("a", "1"), ("b", "2"), ("c", "4")] {
+        distinct.add_because(key, || reason);
+    }
+    for q in [&mut repeated, &mut distinct] {
+        q.done(&"b");
+    }
+    let drain = |q: &mut WorkQueue<&'static str, &'static str>| {
+        let mut out = Vec::new();
+        while let Some(key) = q.get() {
+            out.push((key, *q.reason(&key).unwrap()));
+            q.done(&key);
+        }
+        out
+    };
+    let order = drain(&mut repeated);
+    assert_eq!(order, [("a", "1"), ("c", "4"), ("b", "2")]);
+    assert_eq!(drain(&mut distinct), order);
+}

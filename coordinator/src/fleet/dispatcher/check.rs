@@ -11,8 +11,9 @@
 //!   a run of this term); an item of this term is out only at the owner of its shard as etcd knows it
 //!   (`Owned`, or the `from` of a move), or on an unowned shard (a foreign item may be anywhere: the
 //!   new leader may read its shard as another worker's, and the key stays foreign until it ends);
-//! - foreign keys: every foreign item's key is foreign, every foreign key is out or held, every
-//!   deferred key is foreign, and no item of this term has a foreign key;
+//! - foreign keys: every foreign item (of an earlier term, or of a controller retired since it went
+//!   out) has a foreign key, every foreign key is out or held, every deferred key is foreign, and no
+//!   other item has a foreign key;
 //! - processing: a key processing in its queue has exactly one reason — an item of this term, a
 //!   deferral, a hold, a worker's backlog or a parked entry — and every one of those is processing;
 //! - routing: a backlog entry waits at the owner of its shard, and entries sit on their key's shard;
@@ -68,8 +69,9 @@ impl Dispatcher {
             }
             let pair = (item.controller.clone(), item.key.clone());
             if item.foreign {
-                if id.0 >= self.term {
-                    return Err(format!("{what}: foreign, of term {} or later", self.term));
+                // Of an earlier term, or of this one when its controller retired since.
+                if id.0 > self.term {
+                    return Err(format!("{what}: foreign, of a term after {}", self.term));
                 }
                 if !foreign.contains(&pair) {
                     return Err(format!("{what}: foreign item of a key not foreign"));

@@ -1,6 +1,7 @@
 //! The controllers a term runs: loading specs at the start of a term, registering controllers and their
-//! informers, the sync gate, informer events into keys, the owner graph's discovery, and retiring
-//! controllers no live worker runs.
+//! informers, the sync gate, informer events into keys (and the write intents that link a traced
+//! write's echo to its request), the owner graph's discovery, and retiring controllers no live worker
+//! runs.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -14,11 +15,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::super::mapping::Routes;
-use super::super::messages::{ControllerSpec, Primary};
+use super::super::mapping::{Routes, distinct};
+use super::super::messages::{ControllerSpec, Primary, WriteIntent};
 use super::super::owner_graph::OwnerGraph;
 use super::super::shards::ShardState;
 use super::super::workers::WorkerState;
+use super::super::write_intents::WriteIntents;
 use super::etcd_work::{EtcdWork, TermStart};
 use super::items::HoldEnded;
 use super::trace_spans::EventSpan;
@@ -37,6 +39,8 @@ pub(super) struct Controllers {
     pub(super) routes: Routes,
     /// The ownerReference graph routing owner-graph controllers, and the discoveries that feed it.
     pub(super) graph: OwnerGraph,
+    /// Traced writes waiting for their echo (tracing only; empty otherwise).
+    pub(super) intents: WriteIntents,
 }
 
 impl Dispatcher {
@@ -253,18 +257,32 @@ impl Dispatcher {
             }
         }
         let Some(source) = source else { return };
-        // The trace of this event starts here, sampled once, if it queues a key of a synced controller
-        // (an initial list arriving is not traced).
+        // The echo of a traced write of the fleet's own: its trace links to the request that made it.
+        let intent = if self.running.intents.is_empty() {
+            None
+        } else {
+            let intent = self
+                .running
+                .intents
+                .take(&source.kind, &source.key(), Instant::now());
+            self.count_intent_drops();
+            intent
+        };
+        // One add per (controller, key), naming every rule that reached it (see `distinct`).
+        let keys = distinct(keys);
+        // The trace of this event starts here, sampled once (or kept whatever the sampler says when
+        // it echoes a traced write: sampling follows its cause), if it queues a key of a synced
+        // controller (an initial list arriving is not traced).
         let traced = tracing_enabled()
             && keys
                 .iter()
-                .any(|(c, _)| self.running.states.get(c).is_some_and(|s| s.synced));
+                .any(|(c, _, _)| self.running.states.get(c).is_some_and(|s| s.synced));
         let event_span = if traced {
-            EventSpan::start(&source, event)
+            EventSpan::start(&source, event, intent)
         } else {
             None
         };
-        for (controller, key) in keys {
+        for (controller, key, via) in keys {
             if let Some(state) = self.running.states.get_mut(&controller) {
                 // Before its caches synced, a controller's events are its initial list arriving.
                 let synced = state.synced;
@@ -283,13 +301,59 @@ impl Dispatcher {
                         state.queue.add_because(key, reason);
                     }
                     Some(event_span) => {
-                        let (span, trace) = event_span.enqueue(&controller, &key);
+                        let (span, trace) = event_span.enqueue(&controller, &key, via);
                         let added = state.queue.add_traced(key, reason, trace);
                         span.record("coalesced", !added);
                     }
                 }
             }
         }
+    }
+
+    /// A worker's traced reconciles are about to write `intents`: each object's next watch event links
+    /// to its request. An object of a resource no informer watches never has a watch event here: its
+    /// intent is dropped (counted).
+    pub(super) fn on_intents(&mut self, intents: Vec<WriteIntent>) {
+        if !tracing_enabled() {
+            // This leader exports nothing: nothing to link.
+            return;
+        }
+        let kinds = self.ctx.informers.kinds();
+        let now = Instant::now();
+        let mut unknown = 0;
+        for intent in intents {
+            // The informer's kind of the resource, of the request's version if it watches that one.
+            let kind = kinds
+                .iter()
+                .map(|status| &status.kind)
+                .filter(|k| {
+                    k.group == intent.group
+                        && k.plural == intent.resource
+                        && k.namespaced == intent.namespace.is_some()
+                })
+                .max_by_key(|k| k.version == intent.version);
+            match kind {
+                Some(kind) => {
+                    self.running
+                        .intents
+                        .insert(kind, &intent.object_key(), intent.trace, now);
+                }
+                None => unknown += 1,
+            }
+        }
+        self.ctx
+            .metrics
+            .intents_dropped("unknown_resource", unknown);
+        self.count_intent_drops();
+    }
+
+    /// Moves the intent table's drop counts into the metric.
+    pub(super) fn count_intent_drops(&mut self) {
+        let drops = self.running.intents.take_drops();
+        self.ctx
+            .metrics
+            .intents_dropped("table_full", drops.table_full);
+        self.ctx.metrics.intents_dropped("expired", drops.expired);
     }
 
     /// A discovery finished: informers start for the kinds it found first, and owner-graph controllers
@@ -361,7 +425,8 @@ impl Dispatcher {
     }
 
     /// Drops `name`'s queue and routes, stops the informers no other controller needs, and deletes its
-    /// spec from etcd (beside the loop, fenced by the term). Items of it still out finish without effect.
+    /// spec from etcd (beside the loop, fenced by the term). Its keys still out or held become foreign
+    /// (`Items::retire`): they finish without effect, and a later registration of it waits for them.
     pub(super) fn retire(&mut self, name: &str, now: Instant) {
         let Some(state) = self.running.states.remove(name) else {
             return;
@@ -369,6 +434,7 @@ impl Dispatcher {
         warn!(controller = name, after = ?self.ctx.config.controller_retire_after, keys = state.queue.len(),
             "retiring a controller no live worker runs: dropping its queue and spec");
         self.running.routes.remove(name);
+        self.items.retire(name);
         self.ctx.informers.declare_indexes(name, &[]);
         for w in self.membership.workers.values_mut() {
             w.backlog.remove(name);

@@ -13,9 +13,11 @@
 //! foreign; a key is held at most once. The dispatcher's `check` (tests only) asserts these together
 //! with the queues' processing sets.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
-use flotilla_common::ResourceKind;
+use flotilla_common::{ResourceKind, TraceContext};
+use foldhash::HashMap as FastMap;
+use foldhash::HashSet;
 use tokio::time::Instant;
 
 use super::super::expectations::{Expectations, Expected};
@@ -35,8 +37,12 @@ pub(super) struct Item {
     pub(super) key: String,
     pub(super) worker: String,
     pub(super) shard: u32,
-    /// Reported held from an earlier term: not in this term's queue as processing.
+    /// Reported held from an earlier term, or of a controller retired since it went out: not in any
+    /// queue of this term as processing.
     pub(super) foreign: bool,
+    /// The context of the run's `dispatch` span, for a traced run only: the parent of the
+    /// `wait read_your_writes` span of a hold on its writes.
+    pub(super) trace: Option<TraceContext>,
 }
 
 /// How a read-your-writes hold ended for its key.
@@ -52,9 +58,10 @@ pub(super) enum HoldEnded {
 /// The term's items, foreign and deferred keys and read-your-writes holds; see the module documentation.
 #[derive(Debug)]
 pub(super) struct Items {
-    items: HashMap<ItemId, Item>,
+    items: FastMap<ItemId, Item>,
     next_id: u64,
-    /// Keys held by a worker from an earlier term (out, or finished with writes not yet observed).
+    /// Keys held by a worker from an earlier term, or of a controller retired meanwhile (out, or
+    /// finished with writes not yet observed).
     foreign: HashSet<ControllerKey>,
     /// Keys of this term (processing in their queue) waiting for their foreign run to finish.
     deferred: HashSet<ControllerKey>,
@@ -65,10 +72,10 @@ pub(super) struct Items {
 impl Default for Items {
     fn default() -> Self {
         Self {
-            items: HashMap::new(),
+            items: FastMap::default(),
             next_id: 1,
-            foreign: HashSet::new(),
-            deferred: HashSet::new(),
+            foreign: HashSet::default(),
+            deferred: HashSet::default(),
             holds: Expectations::default(),
         }
     }
@@ -89,7 +96,9 @@ impl Items {
     }
 
     /// Item `id` (of this term, from [`Items::next_id`]) goes to worker `w`: it uses one of `w`'s
-    /// credits for `controller` and counts at `w` and at its shard until it comes back.
+    /// credits for `controller` and counts at `w` and at its shard until it comes back. `trace` is the
+    /// run's `dispatch` span, if it is traced.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn assign(
         &mut self,
         id: ItemId,
@@ -98,6 +107,7 @@ impl Items {
         controller: String,
         key: String,
         shard: u32,
+        trace: Option<TraceContext>,
     ) {
         if let Some(c) = w.credits.get_mut(&controller) {
             *c -= 1;
@@ -111,6 +121,7 @@ impl Items {
                 worker: w.id.clone(),
                 shard,
                 foreign: false,
+                trace,
             },
         );
     }
@@ -136,6 +147,7 @@ impl Items {
                 worker: w.id.clone(),
                 shard,
                 foreign: true,
+                trace: None,
             },
         );
     }
@@ -217,15 +229,18 @@ impl Items {
     }
 
     /// Holds `(controller, key)` (processing, or foreign) until every write in `unobserved` is
-    /// observed, or `deadline`; `unobserved` is non-empty.
+    /// observed, or `deadline`; `unobserved` is non-empty. A traced run's hold (`trace`: its
+    /// `dispatch` span) ends in a `wait read_your_writes` span.
     pub(super) fn hold(
         &mut self,
         controller: &str,
         key: &str,
         unobserved: Vec<(ResourceKind, String, Expected)>,
         deadline: Instant,
+        trace: Option<TraceContext>,
     ) {
-        self.holds.hold(controller, key, unobserved, deadline);
+        self.holds
+            .hold(controller, key, unobserved, deadline, trace);
     }
 
     /// The informer applied (`Some(rv)`) or deleted (`None`) an object: the keys whose holds it ends.
@@ -257,6 +272,27 @@ impl Items {
         } else {
             HoldEnded::OfThisTerm(pair)
         }
+    }
+
+    /// `controller` retired, and its queue with it: every key of it still out or held becomes foreign,
+    /// as a key held from an earlier term is. A queue registered for it again later knows nothing of
+    /// those runs; while their keys are foreign it defers them, so a key never runs twice at once even
+    /// across a retirement, and its Done or hold's end cannot finish the new queue's run of the key.
+    pub(super) fn retire(&mut self, controller: &str) {
+        for item in self.items.values_mut() {
+            if item.controller == controller && !item.foreign {
+                item.foreign = true;
+                self.foreign
+                    .insert((item.controller.clone(), item.key.clone()));
+            }
+        }
+        let held: Vec<ControllerKey> = self
+            .holds
+            .held()
+            .filter(|(c, _)| c == controller)
+            .cloned()
+            .collect();
+        self.foreign.extend(held);
     }
 
     /// Every item, by id (tests).

@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::access::CacheAccess;
-use super::messages::{ControllerSpec, Credit, Done, Hello, HelloRefused, Primary};
+use super::messages::{ControllerSpec, Credit, Done, Hello, HelloRefused, Primary, WriteIntent};
 use super::progress::{DispatchProgress, StallClock};
 use super::workers::Outbound;
 use crate::config::CoordinatorConfig;
@@ -106,6 +106,8 @@ pub enum Command {
         controller: String,
         keys: Vec<String>,
     },
+    /// A worker's traced reconciles are about to write these objects: their echoes get linked.
+    Intents { intents: Vec<WriteIntent> },
 }
 
 /// Commands wait for the dispatcher in a channel of this capacity (the loop takes up to 4096 at a time).
@@ -437,13 +439,15 @@ impl Dispatcher {
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
             }
+            Command::Intents { intents } => self.on_intents(intents),
             Command::Enqueue { controller, keys } => {
                 if let Some(state) = self.running.states.get_mut(&controller) {
                     for key in keys {
                         match trace_spans::EventSpan::requested(&controller, &key) {
                             None => state.queue.add_because(key, || Reason::Requested),
                             Some(request) => {
-                                let (span, trace) = request.enqueue(&controller, &key);
+                                let (span, trace) =
+                                    request.enqueue(&controller, &key, Default::default());
                                 let added =
                                     state.queue.add_traced(key, || Reason::Requested, trace);
                                 span.record("coalesced", !added);

@@ -46,6 +46,10 @@ impl Dispatcher {
             debug!(controller = %item.controller, key = %item.key, error = %d.error, "reconcile failed; retrying with backoff");
         }
         let Some(state) = self.running.states.get_mut(&item.controller) else {
+            // A controller retired since the item went out: its key was made foreign then.
+            if item.foreign {
+                self.finish_foreign(&item.controller, &item.key);
+            }
             return;
         };
         match d.outcome {
@@ -94,12 +98,20 @@ impl Dispatcher {
                 state.queue.done(&item.key);
             }
         } else {
+            if !item.foreign {
+                state.queue.mark_held(&item.key);
+            }
             let now = Instant::now();
             let deadline = now
                 .checked_add(self.ctx.config.expectations_timeout)
                 .unwrap_or(now);
-            self.items
-                .hold(&item.controller, &item.key, unobserved, deadline);
+            self.items.hold(
+                &item.controller,
+                &item.key,
+                unobserved,
+                deadline,
+                item.trace,
+            );
             self.ctx.metrics.ryw_held.inc();
             self.ctx
                 .metrics
@@ -260,8 +272,8 @@ impl Dispatcher {
         let reason = state.queue.reason(&key).map(proto::Reason::from);
         // Only a key a sampled event queued carries traces; otherwise nothing is built or allocated.
         let traces = state.queue.traces(&key);
-        let (traceparent, trace_links) = if traces.is_empty() {
-            (String::new(), Vec::new())
+        let (traceparent, trace_links, dispatch_trace) = if traces.is_empty() {
+            (String::new(), Vec::new(), None)
         } else {
             trace_spans::dispatch(
                 traces,
@@ -272,10 +284,15 @@ impl Dispatcher {
                     term: self.term,
                     worker,
                     attempt,
-                    reason: state.queue.reason(&key).map_or("unknown", Reason::name),
+                    reason: state.queue.reason(&key),
                 },
             )
         };
+        if let Some(first) = traces.first()
+            && let Some((queued, taken, wait)) = state.queue.queued(&key)
+        {
+            trace_spans::queue_wait(&first, queued, taken, wait);
+        }
         let (object, prefetched) = self.payload(&state.spec, &key);
         let mut assign = proto::Assign {
             item_id,
@@ -329,6 +346,7 @@ impl Dispatcher {
             controller,
             key,
             shard,
+            dispatch_trace,
         );
         self.outbox
             .entry(worker.to_owned())
@@ -353,7 +371,7 @@ impl Dispatcher {
                 let dependents = dependents
                     .iter()
                     .map(|d| proto::PrefetchedObject {
-                        kind: Some((&d.kind).into()),
+                        kind: Some((&*d.kind).into()),
                         object: d.json.clone(),
                     })
                     .collect();
@@ -477,6 +495,10 @@ impl Dispatcher {
         }
         self.publish_worker_gauges();
         self.check_progress(now);
+        if !self.running.intents.is_empty() {
+            self.running.intents.expire(now);
+            self.count_intent_drops();
+        }
         // A hold expires only once the API has answered after its deadline: released while the API does
         // not answer, its key would run on a cache that cannot have observed its writes (the overshoot
         // the hold exists to prevent).

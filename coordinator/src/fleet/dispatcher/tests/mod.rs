@@ -10,6 +10,7 @@ mod etcd;
 mod exclusivity;
 mod failover;
 mod handover;
+mod retire;
 mod worker_loss;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,7 +46,7 @@ pub(super) const LEASE_TTL: Duration = Duration::from_secs(5);
 const TICK: Duration = Duration::from_millis(250);
 
 /// The test controller's spec: `namespace/name` keys of ConfigMaps.
-fn spec() -> proto::ControllerSpec {
+pub(super) fn spec() -> proto::ControllerSpec {
     proto::ControllerSpec {
         name: CONTROLLER.into(),
         primary: Some((&configmaps()).into()),
