@@ -1,9 +1,61 @@
 //! The Kubernetes verb and resource of an API request, read from its method, path and query the way
 //! kube-apiserver's request-info resolver names them (`apiserver_request_total`'s `verb` and
 //! `resource` labels): `get` / `list` / `watch` / `create` / `update` / `patch` / `delete` /
-//! `deletecollection`, and `replicasets` or `replicasets/status`.
+//! `deletecollection`, and `replicasets` or `replicasets/status`; and the object a request names
+//! ([`object_of`]: group, version, resource, namespace and name, read from the path alone).
 
 use http::{Method, Uri};
+
+/// The object a request's path names: `/apis/apps/v1/namespaces/ns/replicasets/web/status` names the
+/// ReplicaSet `ns/web` (a subresource names its object).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiObject {
+    /// The API group; empty for the core group (`/api/v1`).
+    pub group: String,
+    /// The API version (`v1`).
+    pub version: String,
+    /// The resource, plural and without a subresource (`replicasets`).
+    pub resource: String,
+    /// The namespace; empty for a cluster-scoped object (a Namespace itself included).
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+}
+
+/// The object `uri`'s path names, or `None` when it names none: a collection (a create by
+/// `generateName` or a list), a discovery or non-resource path (`/api/v1`, `/version`). Only the path is
+/// read: a create whose name is in its body names no object here.
+pub fn object_of(uri: &Uri) -> Option<ApiObject> {
+    let mut parts = uri.path().trim_matches('/').split('/');
+    let (group, version) = match parts.next()? {
+        "api" => ("", parts.next()?),
+        "apis" => (parts.next()?, parts.next()?),
+        _ => return None,
+    };
+    let rest: Vec<&str> = parts.collect();
+    let (namespace, resource, name) = match rest.as_slice() {
+        // A Namespace itself (with `status` or `finalize`): cluster-scoped.
+        ["namespaces", name] | ["namespaces", name, "status" | "finalize"] => {
+            ("", "namespaces", *name)
+        }
+        ["namespaces", namespace, resource, name, ..] if !namespace.is_empty() => {
+            (*namespace, *resource, *name)
+        }
+        ["namespaces", ..] => return None,
+        [resource, name, ..] => ("", *resource, *name),
+        _ => return None,
+    };
+    if [version, resource, name].iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    Some(ApiObject {
+        group: group.to_owned(),
+        version: version.to_owned(),
+        resource: resource.to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    })
+}
 
 /// The verb and resource of a request; `("other", "")` for paths that name no resource (discovery,
 /// `/version`).
@@ -125,5 +177,81 @@ mod tests {
         }
         assert_eq!(of(Method::GET, "/version"), ("other", String::new()));
         assert_eq!(of(Method::GET, "/apis/apps/v1"), ("other", String::new()));
+    }
+
+    fn object(uri: &str) -> Option<(String, String, String, String, String)> {
+        object_of(&uri.parse().unwrap())
+            .map(|o| (o.group, o.version, o.resource, o.namespace, o.name))
+    }
+
+    fn named(
+        g: &str,
+        v: &str,
+        r: &str,
+        ns: &str,
+        n: &str,
+    ) -> Option<(String, String, String, String, String)> {
+        Some((g.into(), v.into(), r.into(), ns.into(), n.into()))
+    }
+
+    #[test]
+    fn a_path_that_names_an_object_gives_its_group_version_resource_namespace_and_name() {
+        assert_eq!(
+            object("/apis/apps/v1/namespaces/ns/replicasets/web"),
+            named("apps", "v1", "replicasets", "ns", "web")
+        );
+        assert_eq!(
+            object("/apis/apps/v1/namespaces/ns/deployments/web/status?fieldManager=x"),
+            named("apps", "v1", "deployments", "ns", "web"),
+            "a subresource names its object"
+        );
+        assert_eq!(
+            object("/api/v1/namespaces/ns/pods/p/eviction"),
+            named("", "v1", "pods", "ns", "p")
+        );
+        assert_eq!(
+            object("/api/v1/nodes/n1"),
+            named("", "v1", "nodes", "", "n1")
+        );
+        assert_eq!(
+            object("/api/v1/namespaces/ns"),
+            named("", "v1", "namespaces", "", "ns")
+        );
+        assert_eq!(
+            object("/api/v1/namespaces/ns/finalize"),
+            named("", "v1", "namespaces", "", "ns")
+        );
+        assert_eq!(
+            object("/apis/rbac.authorization.k8s.io/v1/clusterroles/admin"),
+            named(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "clusterroles",
+                "",
+                "admin"
+            )
+        );
+    }
+
+    #[test]
+    fn collections_discovery_and_non_resource_paths_name_no_object() {
+        for uri in [
+            "/api/v1/namespaces/ns/pods",
+            "/apis/apps/v1/namespaces/ns/replicasets?labelSelector=a",
+            "/api/v1/nodes",
+            "/api/v1/namespaces",
+            "/api/v1",
+            "/api",
+            "/apis",
+            "/apis/apps/v1",
+            "/apis/apps",
+            "/version",
+            "/healthz",
+            "/",
+            "/api/v1/namespaces//pods/p",
+            "/api/v1/namespaces/ns/pods/",
+        ] {
+            assert_eq!(object(uri), None, "{uri}");
+        }
     }
 }

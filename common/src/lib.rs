@@ -19,11 +19,13 @@ mod shared_flags;
 mod shutdown;
 mod telemetry;
 pub mod tls;
+mod trace_capture;
 mod trace_context;
 mod trace_export;
+mod trace_sampler;
 mod user_agent;
 
-pub use api_verb::verb_and_resource;
+pub use api_verb::{ApiObject, object_of, verb_and_resource};
 pub use consistent_watch_list::consistent_watch_lists;
 pub use duration::{DurationError, parse_duration};
 pub use etcd::{
@@ -42,12 +44,18 @@ pub use request_count::{RequestCountLayer, RequestCounter};
 pub use shared_flags::SharedFlags;
 pub use shutdown::shutdown_signal;
 pub use telemetry::{LogFormat, Telemetry, init_logging, init_telemetry};
-pub use trace_context::{TRACE_TARGET, TraceContext, sample_new_trace, tracing_enabled};
+#[doc(hidden)]
+pub use trace_capture::{AttrValue, CapturedSpan, SpanCapture};
+pub use trace_context::{
+    LINK_TYPE, TRACE_TARGET, TraceContext, in_exported_span, record_wait, sample_new_trace,
+    tracing_enabled,
+};
 pub use trace_export::{OtlpProtocol, ServiceIdentity, TraceExportError, TraceFlags};
+pub use trace_sampler::TraceSampler;
 pub use user_agent::{UserAgent, UserAgentLayer, user_agent};
 
 // The shared Kubernetes vocabulary, re-exported so both roles keep naming it `flotilla_common::…`.
 pub use flotilla_apimachinery::{
-    BUILTIN_INDEXES, FOREGROUND_FINALIZER, KindedKey, LabelSelector, ORPHAN_FINALIZER, Reason,
-    ResourceKind, SelectorError, Write, WriteOp, split_key, string_at, value_at,
+    BUILTIN_INDEXES, FOREGROUND_FINALIZER, KindedKey, LabelSelector, LabelSet, ORPHAN_FINALIZER,
+    Reason, ResourceKind, SelectorError, Write, WriteOp, split_key, string_at, value_at,
 };

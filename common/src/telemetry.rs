@@ -9,7 +9,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::trace_context::{TRACE_TARGET, set_sample_ratio, set_tracing_enabled};
+use crate::trace_context::{TRACE_TARGET, set_sample_ratio, set_sampler, set_tracing_enabled};
 use crate::trace_export::{ServiceIdentity, TraceExportError, TraceFlags, provider, tracer};
 
 /// How log lines are written.
@@ -76,13 +76,23 @@ pub fn init_telemetry(
     };
     let installed = install(format, provider.as_ref());
     let provider = provider.filter(|_| installed);
+    let (sampler, refused) = traces.sampler();
     set_sample_ratio(traces.trace_sample_ratio);
+    set_sampler(sampler);
     set_tracing_enabled(provider.is_some());
     if let Some(provider) = &provider {
         opentelemetry::global::set_tracer_provider(provider.clone());
+        if let Some(refused) = refused {
+            tracing::warn!(
+                sampler = refused,
+                using = sampler.name(),
+                "unsupported trace sampler (OTEL_TRACES_SAMPLER / --trace-sampler); using the default"
+            );
+        }
         tracing::info!(
             endpoint = traces.otlp_endpoint.as_deref().unwrap_or_default(),
             protocol = ?traces.otlp_protocol,
+            sampler = sampler.name(),
             sample_ratio = traces.trace_sample_ratio,
             service = %identity.name,
             "exporting traces over OTLP"

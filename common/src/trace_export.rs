@@ -1,6 +1,7 @@
 //! Trace export over OTLP: the flags every process shares (`--otlp-endpoint`, `--otlp-protocol`,
-//! `--trace-sample-ratio`, each with its standard `OTEL_*` variable), the resource that names the
-//! process, the parent-based ratio sampler, and the tracer provider the `tracing` layer feeds.
+//! `--trace-sampler`, `--trace-sample-ratio`, each with its standard `OTEL_*` variable;
+//! `OTEL_SDK_DISABLED=true` turns tracing off), the resource that names the process, the sampler
+//! (`trace_sampler`), and the tracer provider the `tracing` layer feeds.
 //!
 //! Transport: gRPC (tonic, the workspace's gRPC stack) by default, or HTTP/protobuf over hyper (the
 //! HTTP stack kube already brings, so no second client such as reqwest); plain-text endpoints only for
@@ -13,7 +14,9 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::resource::{EnvResourceDetector, ResourceDetector};
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+
+use crate::trace_sampler::{FleetSampler, TraceSampler};
 
 /// The OTLP transport.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -38,22 +41,36 @@ pub struct TraceFlags {
     /// OTLP transport: `grpc` or `http/protobuf`.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL", value_enum, default_value_t = OtlpProtocol::Grpc)]
     pub otlp_protocol: OtlpProtocol,
-    /// Fraction of new traces kept (0 to 1), decided once where a trace starts (the watch event); spans
-    /// whose parent was sampled are always kept (parent-based sampling). OpenTelemetry's default, 1,
-    /// keeps every trace: lower it on large clusters.
+    /// The sampler, as the OpenTelemetry SDK specification names them: `always_on`, `always_off`,
+    /// `traceidratio`, `parentbased_always_on`, `parentbased_always_off`, `parentbased_traceidratio`.
+    /// Unset: `parentbased_always_on`, or `parentbased_traceidratio` when `--trace-sample-ratio` is
+    /// below 1 (so the ratio alone keeps working as it did before this flag). An unsupported value
+    /// (`jaeger_remote`, `xray`, …) is logged and the default used, as the specification says.
+    #[arg(long, env = "OTEL_TRACES_SAMPLER")]
+    pub trace_sampler: Option<String>,
+    /// Fraction of new traces kept (0 to 1) by the ratio samplers, decided once where a trace starts
+    /// (the watch event); spans whose parent was sampled are kept by the parent-based samplers.
+    /// OpenTelemetry's default, 1, keeps every trace: lower it on large clusters.
     #[arg(long, env = "OTEL_TRACES_SAMPLER_ARG", default_value_t = 1.0, value_parser = parse_ratio)]
     pub trace_sample_ratio: f64,
 }
 
 impl Default for TraceFlags {
-    /// Off; a ratio of 1 as the flag's default.
+    /// Off; the default sampler and a ratio of 1 as the flags' defaults.
     fn default() -> Self {
         Self {
             otlp_endpoint: None,
             otlp_protocol: OtlpProtocol::Grpc,
+            trace_sampler: None,
             trace_sample_ratio: 1.0,
         }
     }
+}
+
+/// Whether `OTEL_SDK_DISABLED` (its value `value`) turns the SDK off: `true`, case-insensitive, as the
+/// specification says; anything else leaves it on.
+fn sdk_disabled(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
 fn parse_ratio(text: &str) -> Result<f64, String> {
@@ -74,14 +91,32 @@ impl TraceFlags {
             OtlpProtocol::Grpc => "grpc",
             OtlpProtocol::HttpProtobuf => "http/protobuf",
         };
-        vec![
+        let mut args = vec![
             "--otlp-endpoint".into(),
             endpoint.clone(),
             "--otlp-protocol".into(),
             protocol.into(),
             "--trace-sample-ratio".into(),
             self.trace_sample_ratio.to_string(),
-        ]
+        ];
+        if self.trace_sampler.is_some() {
+            // Resolved: a child neither warns again nor reads a value it would refuse.
+            args.extend(["--trace-sampler".into(), self.sampler().0.name().into()]);
+        }
+        args
+    }
+
+    /// The sampler these flags choose (see `--trace-sampler`), and the value that was refused for it
+    /// (to warn about) when an unsupported one was given.
+    pub fn sampler(&self) -> (TraceSampler, Option<String>) {
+        match self.trace_sampler.as_deref() {
+            Some(text) if !text.trim().is_empty() => match TraceSampler::parse(text) {
+                Ok(sampler) => (sampler, None),
+                Err(refused) => (TraceSampler::default(), Some(refused)),
+            },
+            _ if self.trace_sample_ratio < 1.0 => (TraceSampler::ParentBasedTraceIdRatio, None),
+            _ => (TraceSampler::default(), None),
+        }
     }
 
     /// Checks what start-up would refuse, touching nothing.
@@ -104,11 +139,13 @@ impl TraceFlags {
         }
     }
 
-    /// Whether an endpoint is set (an empty `OTEL_EXPORTER_OTLP_ENDPOINT` counts as unset).
+    /// Whether an endpoint is set (an empty `OTEL_EXPORTER_OTLP_ENDPOINT` counts as unset) and
+    /// `OTEL_SDK_DISABLED` is not `true`.
     pub fn enabled(&self) -> bool {
         self.otlp_endpoint
             .as_deref()
             .is_some_and(|e| !e.trim().is_empty())
+            && !sdk_disabled(std::env::var("OTEL_SDK_DISABLED").ok().as_deref())
     }
 }
 
@@ -178,7 +215,7 @@ pub(crate) fn resource(identity: &ServiceIdentity) -> Resource {
     builder.build()
 }
 
-/// The tracer provider exporting to `flags`' endpoint with a parent-based ratio sampler. Must be called
+/// The tracer provider exporting to `flags`' endpoint with `flags`' sampler. Must be called
 /// inside a tokio runtime (the gRPC channel's connection task runs on it).
 ///
 /// # Errors
@@ -209,10 +246,9 @@ pub(crate) fn provider(
         }
     }
     .map_err(TraceExportError::Exporter)?;
-    // The ratio is applied where a trace is born, before its first span exists
-    // (`trace_context::sample_new_trace`): a root that reaches the SDK was kept already, and children
-    // follow their parent's decision (parent-based sampling, the remote one's too).
-    let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
+    // A new trace is decided where it is born, before its first span exists
+    // (`trace_context::sample_new_trace`); the SDK sampler decides the rest (`trace_sampler`).
+    let sampler = FleetSampler::new(flags.sampler().0, flags.trace_sample_ratio);
     Ok(SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_sampler(sampler)
@@ -293,15 +329,85 @@ mod tests {
     #[test]
     fn flags_pass_on_as_arguments_only_when_tracing_is_on() {
         assert!(TraceFlags::default().to_args().is_empty());
-        let flags = TraceFlags {
+        let mut flags = TraceFlags {
             otlp_endpoint: Some("http://j:4317".into()),
             otlp_protocol: OtlpProtocol::Grpc,
+            trace_sampler: None,
             trace_sample_ratio: 0.5,
         };
         let cli =
             Cli::try_parse_from(std::iter::once("x".to_owned()).chain(flags.to_args())).unwrap();
         assert_eq!(cli.flags.otlp_endpoint.as_deref(), Some("http://j:4317"));
         assert_eq!(cli.flags.trace_sample_ratio, 0.5);
+        assert_eq!(cli.flags.trace_sampler, None);
+        flags.trace_sampler = Some("xray".into());
+        let cli =
+            Cli::try_parse_from(std::iter::once("x".to_owned()).chain(flags.to_args())).unwrap();
+        assert_eq!(
+            cli.flags.trace_sampler.as_deref(),
+            Some("parentbased_always_on"),
+            "a child gets the sampler resolved, not the refused value"
+        );
+    }
+
+    #[test]
+    fn the_sampler_flag_takes_the_specifications_values_and_falls_back_to_the_default() {
+        let sampler = |args: &[&str]| {
+            let cli =
+                Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).unwrap();
+            cli.flags.sampler()
+        };
+        for (value, expected) in [
+            ("always_on", TraceSampler::AlwaysOn),
+            ("always_off", TraceSampler::AlwaysOff),
+            ("traceidratio", TraceSampler::TraceIdRatio),
+            ("parentbased_always_on", TraceSampler::ParentBasedAlwaysOn),
+            ("parentbased_always_off", TraceSampler::ParentBasedAlwaysOff),
+            (
+                "parentbased_traceidratio",
+                TraceSampler::ParentBasedTraceIdRatio,
+            ),
+        ] {
+            assert_eq!(
+                sampler(&["--trace-sampler", value]),
+                (expected, None),
+                "{value}"
+            );
+        }
+        assert_eq!(
+            sampler(&["--trace-sampler", "jaeger_remote"]),
+            (
+                TraceSampler::ParentBasedAlwaysOn,
+                Some("jaeger_remote".into())
+            ),
+            "an unsupported sampler is reported for a warning and the default used"
+        );
+        assert_eq!(sampler(&[]).0, TraceSampler::ParentBasedAlwaysOn);
+        assert_eq!(
+            sampler(&["--trace-sample-ratio", "0.01"]).0,
+            TraceSampler::ParentBasedTraceIdRatio,
+            "a ratio alone samples by ratio, as before the sampler flag"
+        );
+        assert_eq!(
+            sampler(&[
+                "--trace-sample-ratio",
+                "0.01",
+                "--trace-sampler",
+                "always_on"
+            ])
+            .0,
+            TraceSampler::AlwaysOn,
+            "a sampler named wins"
+        );
+    }
+
+    #[test]
+    fn otel_sdk_disabled_true_turns_tracing_off() {
+        assert!(sdk_disabled(Some("true")));
+        assert!(sdk_disabled(Some(" TRUE ")));
+        for value in [None, Some("false"), Some(""), Some("1"), Some("yes")] {
+            assert!(!sdk_disabled(value), "{value:?}");
+        }
     }
 
     #[test]

@@ -12,8 +12,8 @@ use flotilla_common::{
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::admin_service::AdminService;

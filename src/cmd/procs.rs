@@ -81,10 +81,25 @@ impl Drop for Child {
 /// # Errors
 /// When the log cannot be created or the program cannot be started.
 pub fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> anyhow::Result<Child> {
+    spawn_with_env(dir, name, program, args, &[])
+}
+
+/// [`spawn`], with `env` added to (or replacing in) the environment the child inherits.
+///
+/// # Errors
+/// When the log cannot be created or the program cannot be started.
+pub fn spawn_with_env(
+    dir: &Path,
+    name: &str,
+    program: &Path,
+    args: &[String],
+    env: &[(String, String)],
+) -> anyhow::Result<Child> {
     let log_path = dir.join(format!("{name}.log"));
     let log = std::fs::File::create(&log_path)?;
     let child = std::process::Command::new(program)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -7,6 +7,10 @@
 //! until every Greeting is reconciled, every Deployment is Available and every workload finished.
 //! With `--keep-running` it then shows `flotilla status --watch`'s live view of the `demo` fleet (on a
 //! terminal) until Ctrl-C, and stops every process it started.
+//!
+//! In traces each child is its own `service.instance.id` (its fleet id) under a `service.name` per
+//! role, even when the user's `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` would otherwise name
+//! every child alike ([`child_otel_env`]).
 
 use std::io::IsTerminal;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -19,7 +23,9 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
-use super::procs::{fleet_flags, free_port, sibling, spawn, stop_all, wait_for_api};
+use super::procs::{
+    fleet_flags, free_port, sibling, spawn, spawn_with_env, stop_all, wait_for_api,
+};
 use super::up_progress::Progress;
 use super::up_workloads::{WorkloadProgress, Workloads};
 
@@ -61,6 +67,70 @@ pub struct Args {
     /// with a Jaeger all-in-one running).
     #[command(flatten)]
     pub tracing: flotilla_common::TraceFlags,
+}
+
+/// A child's role, for its `service.name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Coordinator,
+    Worker,
+}
+
+impl Role {
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Coordinator => "coordinator",
+            Self::Worker => "worker",
+        }
+    }
+}
+
+/// The OpenTelemetry environment of the child `id` of `role`, given the user's `OTEL_SERVICE_NAME`
+/// (`service_name`) and `OTEL_RESOURCE_ATTRIBUTES` (`resource`), which every child would otherwise
+/// inherit as they are, naming every process alike:
+/// - `OTEL_RESOURCE_ATTRIBUTES`: the user's attributes without `service.name` and
+///   `service.instance.id`, then `service.instance.id=<id>` (the child's fleet id, unique in the demo);
+/// - `OTEL_SERVICE_NAME`: `<name>-coordinator` / `<name>-worker` when the user named the service
+///   (either way; `OTEL_SERVICE_NAME` first, as the specification ranks them); otherwise unset, so each
+///   process names itself (`flotilla-coordinator`, `flotilla-worker`, a custom controller's name).
+fn child_otel_env(
+    role: Role,
+    id: &str,
+    service_name: Option<&str>,
+    resource: Option<&str>,
+) -> Vec<(String, String)> {
+    let is = |entry: &str, key: &str| entry.split_once('=').is_some_and(|(k, _)| k.trim() == key);
+    let entries: Vec<&str> = resource
+        .unwrap_or_default()
+        .split(',')
+        .filter(|e| !e.trim().is_empty())
+        .collect();
+    let user_name = service_name
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .or_else(|| {
+            entries
+                .iter()
+                .find(|e| is(e, "service.name"))
+                .and_then(|e| e.split_once('='))
+                .map(|(_, v)| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        });
+    let mut attributes: Vec<String> = entries
+        .iter()
+        .filter(|e| !is(e, "service.name") && !is(e, "service.instance.id"))
+        .map(|e| (*e).to_owned())
+        .collect();
+    attributes.push(format!("service.instance.id={id}"));
+    let mut env = vec![("OTEL_RESOURCE_ATTRIBUTES".to_owned(), attributes.join(","))];
+    if let Some(name) = user_name {
+        env.push((
+            "OTEL_SERVICE_NAME".to_owned(),
+            format!("{name}-{}", role.suffix()),
+        ));
+    }
+    env
 }
 
 /// Runs the demo.
@@ -110,6 +180,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         flags.extend(args.tracing.to_args());
         flags
     };
+    let (user_service, user_resource) = (
+        std::env::var("OTEL_SERVICE_NAME").ok(),
+        std::env::var("OTEL_RESOURCE_ATTRIBUTES").ok(),
+    );
+    let otel = |role: Role, id: &str| {
+        child_otel_env(role, id, user_service.as_deref(), user_resource.as_deref())
+    };
     let coordinator = |id: &str, fleet: &str| -> Vec<String> {
         let mut args: Vec<String> = ["coordinator", "--id", id, "--listen", "127.0.0.1:0"]
             .map(String::from)
@@ -120,7 +197,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     progress.step(&format!("starting fleet {fleet:?}: coordinators"));
     for i in 0..args.coordinators {
         let id = format!("coordinator-{i}");
-        children.push(spawn(&logs, &id, &flotilla, &coordinator(&id, fleet))?);
+        children.push(spawn_with_env(
+            &logs,
+            &id,
+            &flotilla,
+            &coordinator(&id, fleet),
+            &otel(Role::Coordinator, &id),
+        )?);
     }
     progress.done(&format!("{} coordinators", args.coordinators));
     progress.step(&format!("starting fleet {fleet:?}: workers"));
@@ -129,7 +212,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let id = format!("worker-{i}");
         let mut worker_args = vec!["--worker-id".to_owned(), id.clone()];
         worker_args.extend(shared(fleet));
-        children.push(spawn(&logs, &id, &greeting, &worker_args)?);
+        children.push(spawn_with_env(
+            &logs,
+            &id,
+            &greeting,
+            &worker_args,
+            &otel(Role::Worker, &id),
+        )?);
     }
     progress.done(&format!(
         "{} workers running the greeting controller",
@@ -141,14 +230,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "starting fleet {builtins:?}: coordinator and workers"
     ));
     let id = format!("{builtins}-coordinator-0");
-    children.push(spawn(&logs, &id, &flotilla, &coordinator(&id, builtins))?);
+    children.push(spawn_with_env(
+        &logs,
+        &id,
+        &flotilla,
+        &coordinator(&id, builtins),
+        &otel(Role::Coordinator, &id),
+    )?);
     for i in 0..args.builtin_workers {
         let id = format!("{builtins}-worker-{i}");
         let mut worker_args: Vec<String> = ["worker", "--controllers", "*", "--worker-id", &id]
             .map(String::from)
             .to_vec();
         worker_args.extend(shared(builtins));
-        children.push(spawn(&logs, &id, &flotilla, &worker_args)?);
+        children.push(spawn_with_env(
+            &logs,
+            &id,
+            &flotilla,
+            &worker_args,
+            &otel(Role::Worker, &id),
+        )?);
     }
     progress.done(&format!(
         "1 coordinator, {} workers running every built-in controller",
@@ -405,4 +506,79 @@ async fn available(client: &kube::Client, names: &[String]) -> usize {
             })
         })
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(
+        role: Role,
+        id: &str,
+        name: Option<&str>,
+        resource: Option<&str>,
+    ) -> Vec<(String, String)> {
+        child_otel_env(role, id, name, resource)
+    }
+
+    fn pair(k: &str, v: &str) -> (String, String) {
+        (k.to_owned(), v.to_owned())
+    }
+
+    #[test]
+    fn each_child_gets_its_own_instance_id_and_names_itself_when_the_user_named_nothing() {
+        assert_eq!(
+            env(Role::Coordinator, "coordinator-0", None, None),
+            [pair(
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.instance.id=coordinator-0"
+            )]
+        );
+        assert_eq!(
+            env(Role::Worker, "builtins-worker-1", Some(""), Some("")),
+            [pair(
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.instance.id=builtins-worker-1"
+            )]
+        );
+    }
+
+    #[test]
+    fn a_service_name_the_user_set_gets_the_role_and_never_folds_children_together() {
+        assert_eq!(
+            env(Role::Coordinator, "coordinator-1", Some("demo"), None),
+            [
+                pair(
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    "service.instance.id=coordinator-1"
+                ),
+                pair("OTEL_SERVICE_NAME", "demo-coordinator"),
+            ]
+        );
+        assert_eq!(
+            env(Role::Worker, "worker-0", Some("demo"), None)[1],
+            pair("OTEL_SERVICE_NAME", "demo-worker")
+        );
+        // Named in the resource attributes only: the same, and the user's instance id is replaced.
+        assert_eq!(
+            env(
+                Role::Worker,
+                "worker-2",
+                None,
+                Some("deployment.environment=dev, service.name=shop,service.instance.id=one")
+            ),
+            [
+                pair(
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    "deployment.environment=dev,service.instance.id=worker-2"
+                ),
+                pair("OTEL_SERVICE_NAME", "shop-worker"),
+            ]
+        );
+        // OTEL_SERVICE_NAME ranks above the resource attributes, as in the specification.
+        assert_eq!(
+            env(Role::Worker, "w", Some("a"), Some("service.name=b"))[1],
+            pair("OTEL_SERVICE_NAME", "a-worker")
+        );
+    }
 }

@@ -298,6 +298,8 @@ async fn dones(
             In::Done(batch) => dones.extend(batch.items.into_iter().map(|d| (d.item_id, d))),
             In::Credit(credit) => credits += credit.n,
             In::Hello(_) => panic!("unexpected Hello"),
+            // Untraced: none are sent.
+            In::Intents(_) => {}
         }
     }
     (dones, credits)

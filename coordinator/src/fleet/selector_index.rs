@@ -90,12 +90,7 @@ impl SelectorIndex {
 
     /// Calls `emit` with every primary whose selector matches `labels`: those of namespace `namespace`,
     /// or of every namespace when it is `None`.
-    pub fn matching(
-        &self,
-        namespace: Option<&str>,
-        labels: &Labels,
-        mut emit: impl FnMut(&str),
-    ) {
+    pub fn matching(&self, namespace: Option<&str>, labels: &Labels, mut emit: impl FnMut(&str)) {
         let matches = |key: &str| {
             self.entries.get(key).is_some_and(|e| {
                 namespace.is_none_or(|ns| e.namespace.as_deref() == Some(ns))
@@ -112,10 +107,7 @@ impl SelectorIndex {
         let ns = Some(ns.to_owned());
         let mut found: Vec<&String> = labels
             .iter()
-            .filter_map(|(k, v)| {
-                self.by_label
-                    .get(&(ns.clone(), k.to_owned(), v.to_owned()))
-            })
+            .filter_map(|(k, v)| self.by_label.get(&(ns.clone(), k.to_owned(), v.to_owned())))
             .flatten()
             .chain(self.unindexed.get(&ns).into_iter().flatten())
             .filter(|k| matches(k))

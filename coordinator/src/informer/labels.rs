@@ -86,7 +86,15 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         let compact = Labels::from(map.clone());
-        for text in ["app=shop", "app!=shop", "rank>2", "rank<2", "!tier", "app in (a,shop)", "tier"] {
+        for text in [
+            "app=shop",
+            "app!=shop",
+            "rank>2",
+            "rank<2",
+            "!tier",
+            "app in (a,shop)",
+            "tier",
+        ] {
             let selector = LabelSelector::parse(text).expect(text);
             assert_eq!(selector.matches(&compact), selector.matches(&map), "{text}");
         }

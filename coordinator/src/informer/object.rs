@@ -246,10 +246,7 @@ mod tests {
         assert_eq!(obj.key(), "ns/p");
         assert_eq!(obj.resource_version, 42);
         assert_eq!(obj.labels.get("app").map(String::as_str), Some("web"));
-        assert_eq!(
-            obj.controller_owner().map(|o| o.uid.as_str()),
-            Some("u-rs")
-        );
+        assert_eq!(obj.controller_owner().map(|o| o.uid.as_str()), Some("u-rs"));
         let owner_uids: Vec<&str> = obj.owners.iter().map(|o| o.uid.as_str()).collect();
         assert_eq!(owner_uids, ["ux", "u-rs"]);
         assert_eq!(obj.node_name.as_deref(), Some("node-1"));

@@ -123,7 +123,12 @@ impl Store {
 
     /// Every object's key, in order.
     pub fn keys(&self) -> Vec<String> {
-        self.inner.read().objects.keys().map(|k| k.to_string()).collect()
+        self.inner
+            .read()
+            .objects
+            .keys()
+            .map(|k| k.to_string())
+            .collect()
     }
 
     /// How many objects are cached.

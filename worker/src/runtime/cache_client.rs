@@ -1,6 +1,11 @@
 //! The SDK's [`CacheBackend`] over gRPC: Get and List against the welcomed leader's `Cache` service,
 //! every request carrying the worker's identity (`flotilla-worker-id`, `flotilla-lease-id`), for the
 //! leader answers cache reads only for a worker registered on the lease it names.
+//!
+//! Under an exported reconcile each read is a client span, `cache get <resource>` or
+//! `cache list <resource>`, with `cache.op`, `k8s.resource`, `key` (a get) or `namespace` (a list), and
+//! `cache.objects`, the objects it returned: a trace shows what a reconcile waited for before its first
+//! API call.
 
 use std::sync::Arc;
 
@@ -13,6 +18,9 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+use tracing::{Instrument, Span, field, info_span};
+
+use flotilla_common::{TRACE_TARGET, in_exported_span};
 
 /// The welcomed leader's cache, as this worker (on this lease) reads it; cheap to clone.
 #[derive(Clone, Debug)]
@@ -71,6 +79,41 @@ impl GrpcCache {
     }
 }
 
+/// The span of one cache read under the current (exported) span; a disabled span otherwise.
+fn read_span(op: &'static str, kind: &ResourceKind, key: Option<String>, namespace: &str) -> Span {
+    if !in_exported_span() {
+        return Span::none();
+    }
+    info_span!(
+        target: TRACE_TARGET,
+        "cache_read",
+        otel.name = format!("cache {op} {}", kind.plural),
+        otel.kind = "client",
+        otel.status_code = field::Empty,
+        cache.op = op,
+        k8s.resource = %kind.plural,
+        key = key,
+        namespace = (!namespace.is_empty()).then_some(namespace),
+        cache.objects = field::Empty,
+    )
+}
+
+/// Records the outcome of a read on its span: the objects returned, or an error status.
+fn record_read<T>(span: &Span, result: &Result<T, CacheError>, objects: impl Fn(&T) -> usize) {
+    match result {
+        // As i64: the OpenTelemetry layer exports unsigned fields as strings.
+        Ok(value) => {
+            span.record(
+                "cache.objects",
+                i64::try_from(objects(value)).unwrap_or(i64::MAX),
+            );
+        }
+        Err(_) => {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+}
+
 /// A refused or failed request; the status (code and message) stays as the source.
 fn rpc(status: tonic::Status) -> CacheError {
     CacheError::Request(Box::new(status))
@@ -83,14 +126,24 @@ impl CacheBackend for GrpcCache {
         namespace: Option<&'a str>,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Bytes>, CacheError>> {
+        let key = match namespace {
+            Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+            _ => name.to_owned(),
+        };
+        let span = read_span("get", kind, Some(key), "");
         Box::pin(async move {
-            let request = proto::GetRequest {
-                kind: Some(kind.into()),
-                namespace: namespace.unwrap_or_default().to_owned(),
-                name: name.to_owned(),
+            let read = async {
+                let request = proto::GetRequest {
+                    kind: Some(kind.into()),
+                    namespace: namespace.unwrap_or_default().to_owned(),
+                    name: name.to_owned(),
+                };
+                let response = self.client()?.get(request).await.map_err(rpc)?;
+                Ok(response.into_inner().object)
             };
-            let response = self.client()?.get(request).await.map_err(rpc)?;
-            Ok(response.into_inner().object)
+            let result = read.instrument(span.clone()).await;
+            record_read(&span, &result, |o: &Option<Bytes>| usize::from(o.is_some()));
+            result
         })
     }
 
@@ -99,32 +152,51 @@ impl CacheBackend for GrpcCache {
         kind: &'a ResourceKind,
         query: &'a CacheQuery,
     ) -> BoxFuture<'a, Result<Vec<Bytes>, CacheError>> {
+        let span = read_span(
+            "list",
+            kind,
+            None,
+            query.namespace_filter().unwrap_or_default(),
+        );
         Box::pin(async move {
-            let (index, index_value) = query.index_filter().unwrap_or_default();
-            let mut request = proto::ListRequest {
-                kind: Some(kind.into()),
-                namespace: query.namespace_filter().unwrap_or_default().to_owned(),
-                label_selector: query.label_filter().unwrap_or_default().to_owned(),
-                index: index.to_owned(),
-                index_value: index_value.to_owned(),
-                r#continue: String::new(),
-            };
-            // The coordinator answers in pages of a few MiB (however large the objects); read them all.
-            let mut objects = Vec::new();
-            loop {
-                let page = self
-                    .client()?
-                    .list(request.clone())
-                    .await
-                    .map_err(rpc)?
-                    .into_inner();
-                objects.extend(page.objects);
-                if page.r#continue.is_empty() || page.r#continue <= request.r#continue {
-                    return Ok(objects);
-                }
-                request.r#continue = page.r#continue;
-            }
+            let result = self.list_pages(kind, query).instrument(span.clone()).await;
+            record_read(&span, &result, Vec::len);
+            result
         })
+    }
+}
+
+impl GrpcCache {
+    /// Every page of a List.
+    async fn list_pages(
+        &self,
+        kind: &ResourceKind,
+        query: &CacheQuery,
+    ) -> Result<Vec<Bytes>, CacheError> {
+        let (index, index_value) = query.index_filter().unwrap_or_default();
+        let mut request = proto::ListRequest {
+            kind: Some(kind.into()),
+            namespace: query.namespace_filter().unwrap_or_default().to_owned(),
+            label_selector: query.label_filter().unwrap_or_default().to_owned(),
+            index: index.to_owned(),
+            index_value: index_value.to_owned(),
+            r#continue: String::new(),
+        };
+        // The coordinator answers in pages of a few MiB (however large the objects); read them all.
+        let mut objects = Vec::new();
+        loop {
+            let page = self
+                .client()?
+                .list(request.clone())
+                .await
+                .map_err(rpc)?
+                .into_inner();
+            objects.extend(page.objects);
+            if page.r#continue.is_empty() || page.r#continue <= request.r#continue {
+                return Ok(objects);
+            }
+            request.r#continue = page.r#continue;
+        }
     }
 }
 
@@ -230,5 +302,54 @@ mod tests {
             ]
         );
         server.abort();
+    }
+
+    #[tokio::test]
+    async fn under_a_traced_reconcile_each_read_is_a_client_span_with_what_it_returned() {
+        use flotilla_common::{AttrValue, SpanCapture};
+
+        let capture = SpanCapture::start();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(proto::cache_server::CacheServer::new(Noting::default()))
+                .serve_with_incoming(TcpListenerStream::new(listener)),
+        );
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let cache = GrpcCache::new(channel, Arc::from("worker-7"), 1);
+        let kind = ResourceKind::new("", "v1", "ConfigMap", "configmaps", true);
+        let query = CacheQuery::all().namespace("ns");
+        async {
+            cache.get(&kind, Some("ns"), "a").await.unwrap();
+            let _ = cache.list(&kind, &query).await;
+        }
+        .instrument(info_span!(target: TRACE_TARGET, "reconcile"))
+        .await;
+        // Outside an exported span: no span.
+        cache.get(&kind, Some("ns"), "b").await.unwrap();
+        server.abort();
+
+        let spans = capture.spans();
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cache get configmaps", "cache list configmaps", "reconcile"]
+        );
+        let (get, list) = (&spans[0], &spans[1]);
+        assert_eq!(get.attr("cache.op"), Some(&AttrValue::Str("get".into())));
+        assert_eq!(get.attr("key"), Some(&AttrValue::Str("ns/a".into())));
+        assert_eq!(get.attr("cache.objects"), Some(&AttrValue::Int(1)));
+        assert_eq!(
+            get.attr("k8s.resource"),
+            Some(&AttrValue::Str("configmaps".into()))
+        );
+        assert_eq!(list.attr("namespace"), Some(&AttrValue::Str("ns".into())));
+        assert_eq!(list.attr("cache.objects"), None, "the list was refused");
+        assert_eq!(get.parent_span_id, spans[2].span_id);
     }
 }

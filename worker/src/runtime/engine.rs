@@ -39,6 +39,7 @@ use super::metrics::{ControllerMetrics, Metrics};
 use super::reconcile_journal::ReconcileJournal;
 use super::registration::RegistrationRecord;
 use super::wire;
+use super::write_intents::WriteIntents;
 use action::{Action, End};
 use machine::{Finished, SessionMachine, Timing};
 use reconcile::Reconciles;
@@ -62,6 +63,9 @@ pub(crate) struct Shared {
     pub(crate) health: Health,
     /// The welcomed leader's cache, for the reconciles' cache clients; empty between leaders.
     pub(crate) cache: CacheSlot,
+    /// Write intents of traced reconciles, sent to the welcomed leader outside the machine (see
+    /// `write_intents`); dropped while no stream is welcomed.
+    pub(crate) intents: WriteIntents,
 }
 
 /// One controller as the worker runs it.
@@ -289,6 +293,11 @@ impl<'a> SessionRun<'a> {
                     machine.on_drain_requested(Instant::now())
                 }
                 () = sleep_until(grace_over) => machine.on_grace_over(),
+                // Before the Dones: an intent must reach the leader before the write's echo can.
+                () = self.shared.intents.ready() => {
+                    self.send_intents(&machine);
+                    Vec::new()
+                }
                 Some(finished) = self.finished_rx.recv() => machine.on_finished(Instant::now(), finished),
                 message = next_message(&mut self.connection) => machine.on_message(Instant::now(), message),
                 Some(leadership) = leaders.next() => machine.on_leader(Instant::now(), leadership),
@@ -296,6 +305,20 @@ impl<'a> SessionRun<'a> {
             };
             if let Some(end) = self.execute(&mut machine, actions).await {
                 return (end, machine);
+            }
+        }
+    }
+
+    /// Sends the queued write intents to the welcomed leader, or drops them when none is: they bypass
+    /// the machine, are advice the leader may ignore, and a failed send is the machine's to notice on
+    /// its own next send.
+    fn send_intents(&self, machine: &SessionMachine) {
+        let messages = self.shared.intents.take();
+        if let Some(connection) = self.connection.as_ref().filter(|_| machine.is_welcomed()) {
+            for message in messages {
+                if !connection.send(message) {
+                    break;
+                }
             }
         }
     }

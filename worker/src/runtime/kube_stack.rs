@@ -4,7 +4,8 @@
 //! controller its own client with `--kube-api-qps` / `--kube-api-burst`; each reconcile gets its own
 //! `kube::Client` over its controller's stack, with the write-recording layer on top. Events go out through one more limiter
 //! of the same size shared by the worker's controllers, as kube-controller-manager's event broadcaster
-//! has a client of its own: an Event never spends a controller's budget.
+//! has a client of its own: an Event never spends a controller's budget. A reconcile's client sends
+//! the write intents of its traced writes to the worker's [`WriteIntents`].
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use tower::{BoxError, ServiceBuilder};
 use super::api_trace::ApiTraceLayer;
 use super::rate_limit::{RateLimitLayer, TokenBucket};
 use super::recording::{KindTable, RecordingLayer};
+use super::write_intents::WriteIntents;
 use flotilla_common::{RequestCountLayer, RequestCounter, UserAgentLayer};
 
 /// Response body of the shared stack.
@@ -44,11 +46,14 @@ pub(crate) struct KubeStack {
     events: BaseService,
     default_namespace: String,
     kinds: Arc<KindTable>,
+    /// Where reconciles' clients say which objects their traced writes are about to change.
+    intents: WriteIntents,
 }
 
 impl KubeStack {
     /// Builds the stack from `config`, counting every request it sends into `requests`. It has no rate
-    /// limit of its own (see [`KubeStack::rate_limited`]) except for Events, behind `events`.
+    /// limit of its own (see [`KubeStack::for_controller`]) except for Events, behind `events`. The
+    /// reconciles' clients send their write intents to `intents`.
     ///
     /// # Errors
     /// [`KubeStackError::Config`] when TLS or auth cannot be set up from the configuration.
@@ -57,6 +62,7 @@ impl KubeStack {
         kinds: KindTable,
         requests: RequestCounter,
         events: Arc<TokenBucket>,
+        intents: WriteIntents,
     ) -> Result<Self, KubeStackError> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
@@ -92,6 +98,7 @@ impl KubeStack {
             events,
             default_namespace: config.default_namespace.clone(),
             kinds: Arc::new(kinds),
+            intents,
         })
     }
 
@@ -112,6 +119,7 @@ impl KubeStack {
             events: BoxCloneSyncService::new(events),
             default_namespace: self.default_namespace.clone(),
             kinds: self.kinds.clone(),
+            intents: self.intents.clone(),
         }
     }
 }
@@ -122,16 +130,17 @@ impl KubeClients for KubeStack {
     fn recording_client(&self, journal: &WriteJournal) -> kube::Client {
         let service = ServiceBuilder::new()
             // Outermost, so each call's span covers the wait for a token too.
-            .layer(ApiTraceLayer)
+            .layer(ApiTraceLayer::new(Some(self.intents.clone())))
             .layer(RecordingLayer::new(journal.clone(), self.kinds.clone()))
             .service(self.base.clone());
         kube::Client::new(service, self.default_namespace.clone())
     }
 
     /// A client that records nothing, for Events (which no key waits on), behind the events' limiter.
+    /// Its writes (Events) send no write intents: an Event's echo starts no reconcile worth a link.
     fn plain_client(&self) -> kube::Client {
         let service = ServiceBuilder::new()
-            .layer(ApiTraceLayer)
+            .layer(ApiTraceLayer::new(None))
             .service(self.events.clone());
         kube::Client::new(service, self.default_namespace.clone())
     }

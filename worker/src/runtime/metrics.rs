@@ -55,6 +55,7 @@ pub(crate) struct Metrics {
     stream_breaks: Counter,
     registrations_rewritten: Counter,
     api_requests: RequestCounter,
+    write_intents_dropped: Counter,
 }
 
 impl Metrics {
@@ -72,6 +73,7 @@ impl Metrics {
             stream_breaks: Counter::default(),
             registrations_rewritten: Counter::default(),
             api_requests: RequestCounter::default(),
+            write_intents_dropped: Counter::default(),
         };
         registry.register(
             "flotilla_worker_reconciles",
@@ -126,8 +128,18 @@ impl Metrics {
             "Times the worker's registration was found deleted from etcd while its lease lived, and written again",
             metrics.registrations_rewritten.clone(),
         );
+        registry.register(
+            "flotilla_worker_write_intents_dropped",
+            "Write intents of traced reconciles dropped because too many waited to be sent to the leader (their writes' echoes are not linked)",
+            metrics.write_intents_dropped.clone(),
+        );
         metrics.api_requests.register(registry);
         metrics
+    }
+
+    /// The counter of write intents dropped by the worker's intent queue.
+    pub(crate) fn write_intents_dropped(&self) -> Counter {
+        self.write_intents_dropped.clone()
     }
 
     /// The metrics of one controller, looked up once so that an item costs no label hashing.

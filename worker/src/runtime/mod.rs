@@ -25,6 +25,7 @@ mod selection;
 mod stream_health;
 mod wire;
 mod worker;
+mod write_intents;
 
 pub use config::{ConfigError, WorkerConfig};
 pub use custom::{run_custom, run_with_flags};

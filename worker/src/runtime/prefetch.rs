@@ -1,11 +1,14 @@
 //! Related objects an item came without: when the leader's dispatch budget left an item's prefetched
 //! objects out (they were too large to ship), the worker reads them through the Cache service — the
 //! objects of each named kind owned by the primary object, as the leader would have sent them — before
-//! the reconcile starts, so the controller sees the same `Context` either way.
+//! the reconcile starts, so the controller sees the same `Context` either way. Under an exported
+//! reconcile the reads are a `prefetch` span (`objects`: how many were read), parent of their
+//! `cache list` spans.
 
 use bytes::Bytes;
-use flotilla_common::ResourceKind;
+use flotilla_common::{ResourceKind, TRACE_TARGET, in_exported_span};
 use flotilla_sdk::{CacheClient, CacheError, CacheQuery};
+use tracing::{Instrument, Span, field, info_span};
 
 /// Errors of reading left-out related objects; the item fails and is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -29,12 +32,42 @@ pub(crate) enum PrefetchError {
 pub(crate) async fn complete(
     cache: CacheClient,
     object: Bytes,
-    mut prefetched: Vec<(ResourceKind, Bytes)>,
+    prefetched: Vec<(ResourceKind, Bytes)>,
     kinds: Vec<ResourceKind>,
 ) -> Result<Vec<(ResourceKind, Bytes)>, PrefetchError> {
     if kinds.is_empty() {
         return Ok(prefetched);
     }
+    let span = if in_exported_span() {
+        info_span!(target: TRACE_TARGET, "prefetch", objects = field::Empty, otel.status_code = field::Empty)
+    } else {
+        Span::none()
+    };
+    let already = prefetched.len();
+    let result = read(cache, object, prefetched, kinds)
+        .instrument(span.clone())
+        .await;
+    match &result {
+        // As i64: the OpenTelemetry layer exports unsigned fields as strings.
+        Ok(all) => {
+            span.record(
+                "objects",
+                i64::try_from(all.len().saturating_sub(already)).unwrap_or(i64::MAX),
+            );
+        }
+        Err(_) => {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+    result
+}
+
+async fn read(
+    cache: CacheClient,
+    object: Bytes,
+    mut prefetched: Vec<(ResourceKind, Bytes)>,
+    kinds: Vec<ResourceKind>,
+) -> Result<Vec<(ResourceKind, Bytes)>, PrefetchError> {
     let uid = uid_of(&object).ok_or(PrefetchError::NoUid)?;
     let query = CacheQuery::all().owned_by(&uid);
     for kind in kinds {
@@ -131,5 +164,35 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, PrefetchError::NoUid));
+    }
+
+    #[tokio::test]
+    async fn under_a_traced_reconcile_the_reads_are_a_prefetch_span_counting_the_objects_read() {
+        use flotilla_common::{AttrValue, SpanCapture};
+
+        let capture = SpanCapture::start();
+        let memory = MemoryCache::default()
+            .with(&pod("a", "rs-1"))
+            .with(&pod("b", "rs-1"));
+        let cache = CacheClient::new(Some(Arc::new(memory)));
+        let kind = flotilla_sdk::kind_of::<Pod>();
+        let object = Bytes::from_static(br#"{"metadata":{"name":"rs","uid":"rs-1"}}"#);
+        let shipped = vec![(kind.clone(), Bytes::from_static(b"{}"))];
+        let got = complete(cache, object, shipped, vec![kind])
+            .instrument(info_span!(target: TRACE_TARGET, "reconcile"))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 3);
+        let spans = capture.spans();
+        let [prefetch, reconcile] = &spans[..] else {
+            panic!("a prefetch under the reconcile: {spans:#?}")
+        };
+        assert_eq!(prefetch.name, "prefetch");
+        assert_eq!(prefetch.parent_span_id, reconcile.span_id);
+        assert_eq!(
+            prefetch.attr("objects"),
+            Some(&AttrValue::Int(2)),
+            "the objects read, not those shipped with the item"
+        );
     }
 }

@@ -1,11 +1,14 @@
 //! The Kubernetes API rate limiter (`--kube-api-qps` / `--kube-api-burst`): one token bucket per
 //! controller of the worker, shared by that controller's reconciles, as a tower layer that waits for a
-//! token rather than failing.
+//! token rather than failing. A request of a traced reconcile that had to wait gets a
+//! `wait client_rate_limit` span under its `kube_api` span covering exactly the wait (client-go logs
+//! "Waited for … due to client-side throttling" instead).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use flotilla_common::{TraceContext, in_exported_span, record_wait};
 use parking_lot::Mutex;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
@@ -121,13 +124,27 @@ where
     fn call(&mut self, request: R) -> Self::Future {
         let wait = self.bucket.reserve();
         let inner = self.inner.clone();
+        // The wait is traced under the request's span, current here (the `kube_api` layer is above).
+        let traced = wait.filter(|w| !w.is_zero()).and_then(|_| traced_request());
         Box::pin(async move {
             if let Some(wait) = wait {
+                let start = SystemTime::now();
                 tokio::time::sleep(wait).await;
+                if let Some(parent) = &traced {
+                    record_wait(parent, "client_rate_limit", start, SystemTime::now(), []);
+                }
             }
             inner.oneshot(request).await
         })
     }
+}
+
+/// The context of the current span when it is an exported request span (a traced reconcile's call).
+fn traced_request() -> Option<TraceContext> {
+    if !in_exported_span() {
+        return None;
+    }
+    TraceContext::of_span(&tracing::Span::current())
 }
 
 #[cfg(test)]

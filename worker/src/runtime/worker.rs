@@ -20,6 +20,7 @@ use super::kube_stack::{KubeStack, KubeStackError};
 use super::metrics::Metrics;
 use super::rate_limit::TokenBucket;
 use super::recording::KindTable;
+use super::write_intents::WriteIntents;
 
 /// Errors of starting a worker.
 #[derive(Debug, thiserror::Error)]
@@ -79,11 +80,13 @@ impl Worker {
         flotilla_common::tls::register_tls_metrics(&mut registry);
         let events = TokenBucket::new(config.kube_api_qps, config.kube_api_burst)
             .observed(metrics.rate_limiter_wait("events"));
+        let intents = WriteIntents::new(metrics.write_intents_dropped());
         let kube = KubeStack::new(
             &config.kube,
             kinds,
             metrics.api_requests(),
             Arc::new(events),
+            intents.clone(),
         )?;
         let worker_id: Arc<str> = Arc::from(config.worker_id.as_str());
         let cache = CacheSlot::default();
@@ -134,6 +137,7 @@ impl Worker {
             metrics,
             health: health.clone(),
             cache,
+            intents,
             config,
         });
         let stops = Stops {

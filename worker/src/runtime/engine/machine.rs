@@ -177,6 +177,12 @@ impl SessionMachine {
         self.draining_until.is_some()
     }
 
+    /// Whether the stream is open and welcomed: only then may messages outside the machine (write
+    /// intents) be sent on it.
+    pub(crate) fn is_welcomed(&self) -> bool {
+        self.welcomed()
+    }
+
     fn take(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.actions)
     }

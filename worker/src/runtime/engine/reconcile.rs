@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use flotilla_common::{TRACE_TARGET, sample_new_trace};
+use flotilla_common::{Reason, TRACE_TARGET, sample_new_trace};
 use flotilla_sdk::Context;
 use flotilla_sdk::host::{Outcome, WorkItem, WriteJournal};
 use tokio::sync::mpsc;
@@ -21,6 +21,9 @@ use super::Shared;
 use super::machine::Finished;
 
 /// The `reconcile` span of `item` on `worker`, of the given target (exported) or the default one.
+/// `reason` is the reason's short label, as on the leader's `dispatch` span, and `cause.kind` /
+/// `cause.key` name the object when the reason does ([`record_cause`]). Numbers are `i64`: the
+/// OpenTelemetry layer exports unsigned fields as strings.
 macro_rules! reconcile_span {
     ($(target: $target:expr,)? parent: $parent:expr, $item:expr, $worker:expr) => {
         info_span!(
@@ -29,14 +32,24 @@ macro_rules! reconcile_span {
             "reconcile",
             controller = %$item.controller,
             key = %$item.key,
-            shard = $item.shard,
-            term = $item.term,
+            shard = i64::from($item.shard),
+            term = i64::try_from($item.term).unwrap_or(i64::MAX),
             worker = %$worker,
-            attempt = $item.attempt,
-            reason = %$item.reason,
+            attempt = i64::from($item.attempt),
+            reason = $item.reason.name(),
+            cause.kind = tracing::field::Empty,
+            cause.key = tracing::field::Empty,
             outcome = tracing::field::Empty,
         )
     };
+}
+
+/// Records on `span` the object `reason` names, if it names one.
+fn record_cause(span: &tracing::Span, reason: &Reason) {
+    if let Reason::ObjectChanged { kind, key } = reason {
+        span.record("cause.kind", kind.as_str());
+        span.record("cause.key", key.as_str());
+    }
 }
 
 /// Where a session's reconciles run and report.
@@ -68,12 +81,13 @@ impl Reconciles<'_> {
             let parent = tracing::Span::current().id();
             reconcile_span!(parent: parent, item, self.shared.worker_id)
         };
+        record_cause(&span, &item.reason);
         if let Some(trace) = &item.trace {
             if let Some(dispatch) = &trace.parent {
                 dispatch.set_parent_of(&span);
             }
             for merged in &trace.links {
-                merged.link_from(&span);
+                merged.link_from_as(&span, "coalesced");
             }
         }
         // Written here, before the task is spawned: the start line is in the file before the
@@ -168,6 +182,68 @@ impl Reconciles<'_> {
                     .await;
             }
             .instrument(span),
+        );
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use flotilla_common::{AttrValue, SpanCapture, TraceContext};
+
+    use super::*;
+
+    /// What the span macro reads of an item.
+    struct Item {
+        controller: String,
+        key: String,
+        shard: u32,
+        term: u64,
+        attempt: u32,
+        reason: Reason,
+    }
+
+    #[test]
+    fn the_reconcile_span_has_the_reasons_label_its_cause_numbers_as_ints_and_typed_links() {
+        let capture = SpanCapture::start();
+        let item = Item {
+            controller: "replicaset".into(),
+            key: "ns/web".into(),
+            shard: 7,
+            term: 3,
+            attempt: 1,
+            reason: Reason::ObjectChanged {
+                kind: "v1/pods".into(),
+                key: "ns/web-1".into(),
+            },
+        };
+        let merged =
+            TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        {
+            let span = reconcile_span!(target: TRACE_TARGET, parent: None, item, "w0");
+            record_cause(&span, &item.reason);
+            merged.link_from_as(&span, "coalesced");
+        }
+        let spans = capture.spans();
+        let [span] = &spans[..] else {
+            panic!("one span: {spans:#?}")
+        };
+        let text = |s: &str| Some(AttrValue::Str(s.into()));
+        assert_eq!(span.attr("reason").cloned(), text("object_changed"));
+        assert_eq!(span.attr("cause.kind").cloned(), text("v1/pods"));
+        assert_eq!(span.attr("cause.key").cloned(), text("ns/web-1"));
+        for (key, n) in [("shard", 7), ("term", 3), ("attempt", 1)] {
+            assert_eq!(span.attr(key), Some(&AttrValue::Int(n)), "{key}");
+        }
+        assert_eq!(
+            span.links,
+            [(
+                "00f067aa0ba902b7".to_owned(),
+                vec![(
+                    "flotilla.link.type".to_owned(),
+                    AttrValue::Str("coalesced".into())
+                )]
+            )]
         );
     }
 }
