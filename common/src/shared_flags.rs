@@ -31,7 +31,7 @@ pub struct SharedFlags {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// OpenTelemetry trace export (--otlp-endpoint, --otlp-protocol, --trace-sample-ratio).
+    /// OpenTelemetry trace export (--otlp-endpoint, --otlp-protocol, --trace-sampler, --trace-sample-ratio).
     #[command(flatten)]
     pub tracing: TraceFlags,
     /// Check the flags as start-up does, print `configuration ok` and exit, touching neither etcd nor

@@ -140,6 +140,8 @@ a worker grace period the pod's termination would cut short.
 {{- if .Values.otlp.endpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ .Values.otlp.endpoint | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .Values.otlp.sampler | quote }}
 - name: OTEL_TRACES_SAMPLER_ARG
   value: {{ .Values.otlp.sampleRatio | toString | quote }}
 {{- end }}
