@@ -35,6 +35,7 @@ mod fleet {
     mod status_watch;
     mod term_failures;
     mod tracing;
+    mod tracing_scale;
     mod up;
     mod worker_loss;
 }

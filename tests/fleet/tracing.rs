@@ -4,138 +4,25 @@
 //! links of one reconcile, that a failed reconcile's retries stay in its trace, and that a sample ratio
 //! of 0 exports nothing.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
 use kube::api::{Api, PostParams};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use parking_lot::Mutex;
 use serde_json::json;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use super::common::{JOURNAL_LABEL, create_configmaps, touch};
 use super::journal::read;
 use crate::support::cluster::TestCluster;
 use crate::support::fleet::{Fleet, Proc};
 use crate::support::namespace::unique_namespace;
+use crate::support::otlp::{Received, Receiver, ancestry, hex, print_tree};
 use crate::support::wait::wait_for;
 
-/// One span as received, with the `service.name` of the process that sent it.
-#[derive(Debug, Clone)]
-struct Received {
-    service: String,
-    span: Span,
-}
-
-impl Received {
-    fn attr(&self, key: &str) -> Option<String> {
-        attr(&self.span.attributes, key)
-    }
-
-    fn trace_id(&self) -> String {
-        hex(&self.span.trace_id)
-    }
-}
-
-fn attr(attributes: &[KeyValue], key: &str) -> Option<String> {
-    let value = attributes.iter().find(|kv| kv.key == key)?.value.as_ref()?;
-    Some(match value.value.as_ref()? {
-        Value::StringValue(s) => s.clone(),
-        Value::IntValue(i) => i.to_string(),
-        Value::BoolValue(b) => b.to_string(),
-        Value::DoubleValue(d) => d.to_string(),
-        other => format!("{other:?}"),
-    })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The collector's TraceService, keeping every span it is sent.
-#[derive(Clone, Default)]
-struct Sink {
-    spans: Arc<Mutex<Vec<Received>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Sink {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut spans = self.spans.lock();
-        for resource_spans in request.into_inner().resource_spans {
-            let service = resource_spans
-                .resource
-                .as_ref()
-                .and_then(|r| attr(&r.attributes, "service.name"))
-                .unwrap_or_default();
-            for scope in resource_spans.scope_spans {
-                for span in scope.spans {
-                    spans.push(Received {
-                        service: service.clone(),
-                        span,
-                    });
-                }
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-/// An OTLP/gRPC receiver on a loopback port, served until the test ends.
-struct Receiver {
-    endpoint: String,
-    sink: Sink,
-    _server: tokio::task::JoinHandle<()>,
-}
-
-impl Receiver {
-    async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .expect("bind the OTLP receiver");
-        let addr = listener.local_addr().expect("its address");
-        let sink = Sink::default();
-        let server = tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(sink.clone()))
-            .serve_with_incoming(TcpListenerStream::new(listener));
-        let server = tokio::spawn(async move {
-            let _ = server.await;
-        });
-        Self {
-            endpoint: format!("http://{addr}"),
-            sink,
-            _server: server,
-        }
-    }
-
-    fn spans(&self) -> Vec<Received> {
-        self.sink.spans.lock().clone()
-    }
-
-    /// The flags that make a process export here, keeping the given share of new traces.
-    fn flags(&self, ratio: &str) -> Vec<String> {
-        vec![
-            "--otlp-endpoint".into(),
-            self.endpoint.clone(),
-            "--trace-sample-ratio".into(),
-            ratio.into(),
-        ]
-    }
+/// Whether `s` is the root span of a watch event: its exported name says what happened
+/// (`configmaps <ns>/<name> added`), so it is recognised by its attributes.
+fn is_watch_event(s: &Received) -> bool {
+    s.is_root() && s.attr("event").is_some() && s.attr("k8s.resource").is_some()
 }
 
 fn strs(v: &[String]) -> Vec<&str> {
@@ -154,28 +41,21 @@ async fn traced_fleet(
     let coordinator = fleet.coordinator("c0", &strs(&flags));
     let worker = worker(&fleet, &strs(&flags));
     fleet.wait_for_workers(1, Duration::from_secs(60)).await;
+    // An object created before the controller's caches synced arrives as its initial list, which
+    // starts no trace: the tests' objects must be changes the fleet sees after it.
+    wait_for(
+        Duration::from_secs(60),
+        "every informer of the fleet synced",
+        || async {
+            let s = fleet.status().await?;
+            (!s.queues.is_empty()
+                && !s.informers.is_empty()
+                && s.informers.iter().all(|i| i.synced))
+            .then_some(())
+        },
+    )
+    .await;
     (fleet, coordinator, worker)
-}
-
-/// The span with `span_id` among `spans`.
-fn by_id<'a>(spans: &'a [Received], span_id: &[u8]) -> Option<&'a Received> {
-    spans.iter().find(|s| s.span.span_id == span_id)
-}
-
-/// The chain of parents of `span`, itself first, as far as received spans go.
-fn ancestry<'a>(spans: &'a [Received], span: &'a Received) -> Vec<&'a Received> {
-    let mut chain = vec![span];
-    while let Some(parent) = chain
-        .last()
-        .filter(|s| !s.span.parent_span_id.is_empty())
-        .and_then(|s| by_id(spans, &s.span.parent_span_id))
-    {
-        chain.push(parent);
-        if chain.len() > 16 {
-            break;
-        }
-    }
-    chain
 }
 
 /// Waits for a successful API call `call` (a client span is named after its call: `create pods`) into
@@ -197,8 +77,10 @@ async fn call_trace(
         })?;
         let chain: Vec<Received> = ancestry(&spans, found).into_iter().cloned().collect();
         let names: Vec<&str> = chain.iter().map(|s| s.span.name.as_str()).collect();
-        (names[1..] == ["reconcile", "dispatch", "enqueue", "watch_event"])
-            .then_some((spans.clone(), chain))
+        (names.len() == 5
+            && names[1..4] == ["reconcile", "dispatch", "enqueue"]
+            && is_watch_event(&chain[4]))
+        .then_some((spans.clone(), chain))
     })
     .await
 }
@@ -283,10 +165,13 @@ async fn one_object_change_is_one_trace_from_the_leaders_watch_event_to_the_work
         );
     }
     assert_eq!(dispatch.attr("reason").as_deref(), Some("object_changed"));
+    // The same short label as the dispatch's; the object it names is `cause.kind` / `cause.key`.
+    assert_eq!(reconcile.attr("reason").as_deref(), Some("object_changed"));
     assert_eq!(
-        reconcile.attr("reason"),
-        Some(format!("object_changed v1/configmaps {key}"))
+        reconcile.attr("cause.kind").as_deref(),
+        Some("v1/configmaps")
     );
+    assert_eq!(reconcile.attr("cause.key").as_deref(), Some(key.as_str()));
     assert_eq!(reconcile.attr("outcome").as_deref(), Some("success"));
     assert_eq!(
         reconcile.span.links.len(),
@@ -296,65 +181,6 @@ async fn one_object_change_is_one_trace_from_the_leaders_watch_event_to_the_work
     assert_eq!(hex(&reconcile.span.links[0].trace_id), trace);
     assert_eq!(api.attr("resource").as_deref(), Some("configmaps"));
     assert_eq!(api.attr("code").as_deref(), Some("201"));
-}
-
-/// Prints the received trace as an indented tree (what docs/tracing.md shows).
-fn print_tree(spans: &[Received], trace: &str) {
-    let mine: Vec<&Received> = spans.iter().filter(|s| s.trace_id() == trace).collect();
-    let mut children: HashMap<Vec<u8>, Vec<&Received>> = HashMap::new();
-    for s in &mine {
-        children
-            .entry(s.span.parent_span_id.clone())
-            .or_default()
-            .push(s);
-    }
-    fn walk(
-        s: &Received,
-        depth: usize,
-        children: &HashMap<Vec<u8>, Vec<&Received>>,
-        out: &mut String,
-    ) {
-        let ms = s
-            .span
-            .end_time_unix_nano
-            .saturating_sub(s.span.start_time_unix_nano) as f64
-            / 1e6;
-        let fields: Vec<String> = s
-            .span
-            .attributes
-            .iter()
-            .filter(|kv| {
-                !kv.key.starts_with("otel.")
-                    && !kv.key.starts_with("busy")
-                    && !kv.key.starts_with("idle")
-            })
-            .filter_map(|kv| {
-                Some(format!(
-                    "{}={}",
-                    kv.key,
-                    attr(std::slice::from_ref(kv), &kv.key)?
-                ))
-            })
-            .collect();
-        out.push_str(&format!(
-            "{}{} [{}] {:.2} ms {}\n",
-            "  ".repeat(depth),
-            s.span.name,
-            s.service,
-            ms,
-            fields.join(" ")
-        ));
-        let mut kids = children.get(&s.span.span_id).cloned().unwrap_or_default();
-        kids.sort_by_key(|k| k.span.start_time_unix_nano);
-        for k in kids {
-            walk(k, depth + 1, children, out);
-        }
-    }
-    let mut out = String::new();
-    for root in mine.iter().filter(|s| s.span.parent_span_id.is_empty()) {
-        walk(root, 0, &children, &mut out);
-    }
-    eprintln!("trace {trace}:\n{out}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -398,7 +224,7 @@ async fn changes_coalesced_into_one_queued_key_become_links_of_its_reconcile() {
             let changes: Vec<&Received> = spans
                 .iter()
                 .filter(|s| {
-                    s.span.name == "watch_event"
+                    is_watch_event(s)
                         && s.attr("key").as_deref() == Some(key.as_str())
                         && s.attr("event").as_deref() == Some("modified")
                 })
@@ -564,13 +390,12 @@ async fn a_failed_reconciles_retries_stay_in_the_trace_of_the_change_that_caused
         })
         .expect("a failed reconcile under the retry's enqueue");
     assert_eq!(failed.trace_id(), event.trace_id());
-    let failed_names: Vec<&str> = ancestry(&spans, failed)
-        .iter()
-        .map(|s| s.span.name.as_str())
-        .collect();
-    assert_eq!(
-        failed_names,
-        ["reconcile", "dispatch", "enqueue", "watch_event"]
+    let failed_chain = ancestry(&spans, failed);
+    let failed_names: Vec<&str> = failed_chain.iter().map(|s| s.span.name.as_str()).collect();
+    assert_eq!(failed_names[..3], ["reconcile", "dispatch", "enqueue"]);
+    assert!(
+        failed_chain.len() == 4 && is_watch_event(failed_chain[3]),
+        "{failed_names:?}"
     );
 }
 

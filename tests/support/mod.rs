@@ -1,6 +1,6 @@
 //! The shared harness of the end-to-end tests: a cluster to test against (devcluster on a throwaway
 //! etcd, or any cluster named by `FLOTILLA_TEST_KUBECONFIG`), fresh namespaces, bounded waits, raw
-//! HTTP and watch helpers.
+//! HTTP and watch helpers, an in-process OTLP receiver.
 //!
 //! On a cluster named by `FLOTILLA_TEST_KUBECONFIG`, which other tests may share, every namespace a test
 //! makes is labelled with its test's scope (owned by its `cluster::TestCluster`, see `namespace`) and
@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod links;
 pub mod namespace;
 pub mod objects;
+pub mod otlp;
 pub mod pki;
 pub mod pty;
 pub mod raw;
