@@ -6,6 +6,7 @@
 //! `flotilla bench scale` measures a small cluster, on a devcluster of its own and on one given by a
 //! kubeconfig.
 
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -242,6 +243,56 @@ async fn bench_chaos_survives_kills_cuts_and_an_etcd_restart_with_no_violation()
     assert!(markdown.ends_with("## Fuzzing\n\nkept\n"), "{markdown}");
 }
 
+/// `flotilla bench scale` at CI size with `pods` pods over `namespaces` namespaces, 20 Deployments,
+/// one failover per standby mode, writing its report and plot to the given paths.
+fn scale_args(pods: &str, namespaces: &str, output: &Path, plot: &Path) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "bench",
+        "scale",
+        "--pods",
+        pods,
+        "--deployments",
+        "20",
+        "--namespaces",
+        namespaces,
+        "--failovers",
+        "1",
+        "--timeout",
+        "60s",
+        "--output",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    args.push(output.display().to_string());
+    args.push("--plot".to_owned());
+    args.push(plot.display().to_string());
+    args
+}
+
+/// What every `bench scale` report must show, on any cluster: each kind listed on the cold start, one
+/// failover of each standby mode ended in a dispatch by the new leader, and that leader re-dispatched
+/// every Deployment and ReplicaSet.
+fn assert_cold_start_and_failovers(report: &Value) {
+    let readings = &report["readings"];
+    let synced = readings["kind_synced_s"].as_object().unwrap();
+    for kind in ["apps/v1/deployments", "apps/v1/replicasets", "v1/pods"] {
+        assert!(
+            synced[kind].as_f64().is_some_and(|s| s > 0.0),
+            "{kind} listed on the cold start: {report:#}"
+        );
+    }
+    for mode in ["failover_cold_s", "failover_hot_s"] {
+        let times = readings[mode].as_array().unwrap();
+        assert_eq!(times.len(), 1, "{mode}: {report:#}");
+        assert!(times[0].as_f64().unwrap() > 0.0, "{mode}: {report:#}");
+    }
+    assert!(
+        readings["redispatch_keys"].as_u64().unwrap() >= 40,
+        "every Deployment and ReplicaSet re-dispatched by the new leader: {report:#}"
+    );
+}
+
 /// `flotilla bench scale` at CI size: 300 pods and 20 Deployments over 3 namespaces, one failover per
 /// standby mode. Every figure is measured: each kind listed on the cold start, the forced relist
 /// listed every kind again, and each failover ended in a dispatch by the new leader. It compacts the
@@ -257,51 +308,16 @@ async fn bench_scale_measures_cold_start_relist_and_failover_and_plots_them() {
     let dir = tempfile::tempdir().unwrap();
     let output_path = dir.path().join("scale.json");
     let plot_path = dir.path().join("scale.svg");
-    let mut args: Vec<String> = [
-        "bench",
-        "scale",
-        "--pods",
-        "300",
-        "--deployments",
-        "20",
-        "--namespaces",
-        "3",
-        "--failovers",
-        "1",
-        "--timeout",
-        "60s",
-        "--output",
-    ]
-    .iter()
-    .map(|a| (*a).to_owned())
-    .collect();
-    args.push(output_path.display().to_string());
-    args.push("--plot".to_owned());
-    args.push(plot_path.display().to_string());
+    let args = scale_args("300", "3", &output_path, &plot_path);
     let output = run_bench(args).await;
     assert!(output.status.success(), "{}", describe(&output));
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&output_path).unwrap()).unwrap();
     let readings = &report["readings"];
-    let synced = readings["kind_synced_s"].as_object().unwrap();
-    for kind in ["apps/v1/deployments", "apps/v1/replicasets", "v1/pods"] {
-        assert!(
-            synced[kind].as_f64().is_some_and(|s| s > 0.0),
-            "{kind} listed on the cold start: {report:#}"
-        );
-    }
+    assert_cold_start_and_failovers(&report);
     assert!(
         readings["relist_peak_mib"].as_f64().unwrap() > 0.0,
         "{report:#}"
-    );
-    for mode in ["failover_cold_s", "failover_hot_s"] {
-        let times = readings[mode].as_array().unwrap();
-        assert_eq!(times.len(), 1, "{mode}: {report:#}");
-        assert!(times[0].as_f64().unwrap() > 0.0, "{mode}: {report:#}");
-    }
-    assert!(
-        readings["redispatch_keys"].as_u64().unwrap() >= 40,
-        "every Deployment and ReplicaSet re-dispatched by the new leader: {report:#}"
     );
     let svg = std::fs::read_to_string(&plot_path).unwrap();
     assert!(svg.contains("<svg") && svg.contains("relist"), "{svg}");
@@ -318,27 +334,7 @@ async fn bench_scale_on_a_given_cluster_measures_all_but_the_relist_and_cleans_u
     let dir = tempfile::tempdir().unwrap();
     let output_path = dir.path().join("scale.json");
     let plot_path = dir.path().join("scale.svg");
-    let mut args: Vec<String> = [
-        "bench",
-        "scale",
-        "--pods",
-        "200",
-        "--deployments",
-        "20",
-        "--namespaces",
-        "2",
-        "--failovers",
-        "1",
-        "--timeout",
-        "60s",
-        "--output",
-    ]
-    .iter()
-    .map(|a| (*a).to_owned())
-    .collect();
-    args.push(output_path.display().to_string());
-    args.push("--plot".to_owned());
-    args.push(plot_path.display().to_string());
+    let mut args = scale_args("200", "2", &output_path, &plot_path);
     args.push("--kubeconfig".to_owned());
     args.push(cluster.kubeconfig_path().display().to_string());
     let output = run_flotilla(args).await;
@@ -362,22 +358,7 @@ async fn bench_scale_on_a_given_cluster_measures_all_but_the_relist_and_cleans_u
     for rss in ["rss_empty_mib", "rss_deployments_mib", "rss_pods_mib"] {
         assert!(readings[rss].as_f64().unwrap() > 0.0, "{rss}: {report:#}");
     }
-    let synced = readings["kind_synced_s"].as_object().unwrap();
-    for kind in ["apps/v1/deployments", "apps/v1/replicasets", "v1/pods"] {
-        assert!(
-            synced[kind].as_f64().is_some_and(|s| s > 0.0),
-            "{kind} listed on the cold start: {report:#}"
-        );
-    }
-    for mode in ["failover_cold_s", "failover_hot_s"] {
-        let times = readings[mode].as_array().unwrap();
-        assert_eq!(times.len(), 1, "{mode}: {report:#}");
-        assert!(times[0].as_f64().unwrap() > 0.0, "{mode}: {report:#}");
-    }
-    assert!(
-        readings["redispatch_keys"].as_u64().unwrap() >= 40,
-        "every Deployment and ReplicaSet of the run re-dispatched by the new leader: {report:#}"
-    );
+    assert_cold_start_and_failovers(&report);
     assert_eq!(
         readings["not_measured"]["forced relist"], "needs the devcluster's etcd",
         "{report:#}"
