@@ -223,18 +223,6 @@ mod tests {
     }
 
     #[test]
-    fn malformed_selectors_report_upstream_messages() {
-        assert_eq!(
-            LabelSelector::parse("app in (a,b").unwrap_err(),
-            "unable to parse requirement: found '', expected: ',' or ')'"
-        );
-        assert_eq!(
-            LabelSelector::parse("app=not valid!").unwrap_err(),
-            "found 'valid', expected: ',' or 'end of string'"
-        );
-    }
-
-    #[test]
     fn what_kube_apiserver_refuses_is_reported_in_its_words() {
         // Fixtures errors/list-invalid-labelselector-400.json and -value-400.json.
         assert_eq!(
