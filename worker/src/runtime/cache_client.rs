@@ -261,14 +261,18 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn every_cache_request_carries_the_worker_id_and_lease_and_a_refusal_keeps_its_status() {
+    /// `service` as a Cache server on a loopback port, and a channel to it; abort the task to stop it.
+    async fn serve(
+        service: Noting,
+    ) -> (
+        tonic::transport::Channel,
+        tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    ) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let service = Noting::default();
         let server = tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(proto::cache_server::CacheServer::new(service.clone()))
+                .add_service(proto::cache_server::CacheServer::new(service))
                 .serve_with_incoming(TcpListenerStream::new(listener)),
         );
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
@@ -276,6 +280,13 @@ mod tests {
             .connect()
             .await
             .unwrap();
+        (channel, server)
+    }
+
+    #[tokio::test]
+    async fn every_cache_request_carries_the_worker_id_and_lease_and_a_refusal_keeps_its_status() {
+        let service = Noting::default();
+        let (channel, server) = serve(service.clone()).await;
         let cache = GrpcCache::new(channel, Arc::from("worker-7"), 0x1f);
         let kind = ResourceKind::new("", "v1", "ConfigMap", "configmaps", true);
         let got = cache.get(&kind, Some("ns"), "a").await.unwrap();
@@ -309,18 +320,7 @@ mod tests {
         use flotilla_common::{AttrValue, SpanCapture};
 
         let capture = SpanCapture::start();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(proto::cache_server::CacheServer::new(Noting::default()))
-                .serve_with_incoming(TcpListenerStream::new(listener)),
-        );
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let (channel, server) = serve(Noting::default()).await;
         let cache = GrpcCache::new(channel, Arc::from("worker-7"), 1);
         let kind = ResourceKind::new("", "v1", "ConfigMap", "configmaps", true);
         let query = CacheQuery::all().namespace("ns");
