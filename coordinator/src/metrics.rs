@@ -223,11 +223,16 @@ impl FleetMetrics {
 
     /// Counts one refused input.
     pub fn bad(&self, reason: &str) {
+        self.bad_by(reason, 1);
+    }
+
+    /// Counts `n` bad inputs of one reason.
+    pub fn bad_by(&self, reason: &str, n: usize) {
         self.bad_input
             .get_or_create(&ReasonLabel {
                 reason: reason.to_owned(),
             })
-            .inc();
+            .inc_by(n as u64);
     }
 
     /// Counts one refused input of `peer` (a worker id or an address) and says whether it deserves a log

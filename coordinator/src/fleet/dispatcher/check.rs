@@ -34,7 +34,7 @@ impl Dispatcher {
     /// # Errors
     /// A description of the broken invariant.
     pub(super) fn check(&self) -> Result<(), String> {
-        let count = self.handover.shards.count();
+        let count = self.handover.table().count();
         let mut out_per_shard = vec![0u32; count as usize];
         let mut at_worker: HashMap<&str, HashMap<&str, u32>> = HashMap::new();
         let mut by_key: HashMap<(&str, &str), (ItemId, bool)> = HashMap::new();
@@ -46,7 +46,7 @@ impl Dispatcher {
                 "item {id:?} ({}/{}) at {}",
                 item.controller, item.key, item.worker
             );
-            let Some(w) = self.membership.workers.get(&item.worker) else {
+            let Some(w) = self.membership.get(&item.worker) else {
                 return Err(format!("{what}: its worker is unknown"));
             };
             if !w.items.contains(&id) {
@@ -83,14 +83,14 @@ impl Dispatcher {
                 if foreign.contains(&pair) {
                     return Err(format!("{what}: of this term, while its key is foreign"));
                 }
-                if let Some(state) = self.running.states.get(&item.controller) {
+                if let Some(state) = self.running.get(&item.controller) {
                     if !state.queue.is_processing(&item.key) {
                         return Err(format!("{what}: out, and not processing in its queue"));
                     }
                     *reasons.entry(item.controller.as_str()).or_default() += 1;
                 }
             }
-            match self.handover.shards.state(item.shard) {
+            match self.handover.table().state(item.shard) {
                 ShardState::Owned(o) | ShardState::Moving { from: o, .. }
                     if *o != item.worker && !item.foreign =>
                 {
@@ -99,7 +99,7 @@ impl Dispatcher {
                 _ => {}
             }
         }
-        for w in self.membership.workers.values() {
+        for w in self.membership.iter() {
             let counts = at_worker.remove(w.id.as_str()).unwrap_or_default();
             let total: u32 = counts.values().sum();
             if w.items.len() != total as usize {
@@ -141,10 +141,10 @@ impl Dispatcher {
                     if *s != shard_of(c, key, count) {
                         return Err(format!("{what}: wrong shard {s}"));
                     }
-                    if self.handover.shards.state(*s) != &ShardState::Owned(w.id.clone()) {
+                    if self.handover.table().state(*s) != &ShardState::Owned(w.id.clone()) {
                         return Err(format!(
                             "{what}: shard {s} is {:?}",
-                            self.handover.shards.state(*s)
+                            self.handover.table().state(*s)
                         ));
                     }
                     self.processing(c, key, &what, &mut reasons)?;
@@ -155,22 +155,22 @@ impl Dispatcher {
             return Err(format!("items out at unknown worker {worker}"));
         }
         for s in 0..count {
-            if self.handover.shards.in_flight(s) != out_per_shard[s as usize] {
+            if self.handover.table().in_flight(s) != out_per_shard[s as usize] {
                 return Err(format!(
                     "shard {s}: counts {} out, {} are",
-                    self.handover.shards.in_flight(s),
+                    self.handover.table().in_flight(s),
                     out_per_shard[s as usize]
                 ));
             }
-            for parked in self.handover.shards.parked(s) {
+            for parked in self.handover.table().parked(s) {
                 let what = format!("parked {}/{}", parked.controller, parked.key);
                 if s != shard_of(&parked.controller, &parked.key, count) {
                     return Err(format!("{what}: parked on shard {s}"));
                 }
                 self.processing(&parked.controller, &parked.key, &what, &mut reasons)?;
             }
-            if self.handover.committing.contains(&s) {
-                match self.handover.shards.state(s) {
+            if self.handover.is_committing(s) {
+                match self.handover.table().state(s) {
                     ShardState::Owned(o) => {
                         return Err(format!("shard {s}: committing, yet owned by {o}"));
                     }
@@ -201,7 +201,7 @@ impl Dispatcher {
                 self.processing(c, k, &format!("held {c}/{k}"), &mut reasons)?;
             }
         }
-        for (name, state) in &self.running.states {
+        for (name, state) in self.running.iter() {
             let accounted = reasons.get(name.as_str()).copied().unwrap_or(0);
             if state.queue.processing_len() != accounted {
                 return Err(format!(
@@ -222,7 +222,7 @@ impl Dispatcher {
         what: &str,
         reasons: &mut HashMap<&'a str, usize>,
     ) -> Result<(), String> {
-        let Some(state) = self.running.states.get(controller) else {
+        let Some(state) = self.running.get(controller) else {
             return Ok(());
         };
         if !state.queue.is_processing(&key.to_owned()) {

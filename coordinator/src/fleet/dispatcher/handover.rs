@@ -1,14 +1,19 @@
 //! Shards: assignment over live workers, claims of free shards and handover without overlap.
+//!
+//! [`Handover`] owns the shard table and everything changing it. It decides; the dispatcher carries its
+//! decisions out: it hands the [`ShardWrite`]s to etcd, sends the revokes and routes the keys a shard
+//! frees. What it needs to know of the workers it reads from [`Membership`].
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use flotilla_proto as proto;
 use tokio::time::Instant;
 
 use super::super::claim_retry::ClaimRetry;
 use super::super::shards::{Parked, ShardState, ShardTable};
-use super::etcd_work::{EtcdWork, ShardWrite, WriteOutcome};
-use super::{Dispatcher, MAX_WEIGHT_RATIO};
+use super::super::workers::WorkerState;
+use super::MAX_WEIGHT_RATIO;
+use super::etcd_work::{ShardWrite, WriteOutcome};
+use super::membership::Membership;
 use crate::shard::{WorkerWeight, assign};
 
 /// Shard ownership as this term knows it, and what changes it. Invariants: a shard changes owner only
@@ -16,17 +21,44 @@ use crate::shard::{WorkerWeight, assign};
 /// or its lease is gone; a shard in `committing` is never dispatchable (not `Owned`) and neither
 /// rebalancing nor worker loss touches it until etcd's answer is back.
 pub(super) struct Handover {
-    pub(super) shards: ShardTable,
+    shards: ShardTable,
     /// Moves that may be able to finish (checked at the end of the turn).
-    pub(super) pending_moves: BTreeSet<u32>,
+    pending_moves: BTreeSet<u32>,
     /// When shards whose claims etcd refused may be claimed again.
-    pub(super) claim_retry: ClaimRetry,
+    claim_retry: ClaimRetry,
     /// Shards whose etcd key carries no lease, with the key's mod revision: claimed over (see
     /// `ShardWrite::replace`).
-    pub(super) leaseless: HashMap<u32, i64>,
+    leaseless: HashMap<u32, i64>,
     /// Shards whose ownership write is with etcd: undispatchable, and left alone by rebalancing and
     /// worker loss until the result is back.
-    pub(super) committing: BTreeSet<u32>,
+    committing: BTreeSet<u32>,
+}
+
+/// What a rebalance decided.
+#[derive(Default)]
+pub(super) struct Rebalance {
+    /// Shards each worker must stop running: their moves started, and finish once it holds nothing of
+    /// them. The keys in its backlog of those shards are parked (see [`Handover::park_backlog`]).
+    pub(super) revokes: HashMap<String, Vec<u32>>,
+    /// Keys of shards whose move was called off: the shard is its owner's again.
+    pub(super) unparked: Vec<Parked>,
+    /// Claims of free shards, for etcd.
+    pub(super) writes: Vec<ShardWrite>,
+    /// Some shard must be looked at again (a claim etcd refused a moment ago).
+    pub(super) again: bool,
+}
+
+/// How a shard write settled.
+#[derive(Default)]
+pub(super) struct Settled {
+    /// Keys parked on the shard, now that it has a dispatchable owner.
+    pub(super) unparked: Vec<Parked>,
+    /// The write moved the shard from one worker to another.
+    pub(super) moved: bool,
+    /// The shard's etcd key turned out to carry no lease (newly seen).
+    pub(super) leaseless: bool,
+    /// Ownership must be computed again.
+    pub(super) rebalance: bool,
 }
 
 impl Handover {
@@ -40,18 +72,73 @@ impl Handover {
             committing: BTreeSet::new(),
         }
     }
-}
 
-impl Dispatcher {
-    /// Computes the desired owners and starts what moves them there: claims of free shards go to etcd,
-    /// moves start by revoking the shard from its old owner (they finish in `complete_moves`).
-    pub(super) fn rebalance(&mut self) {
-        self.needs_rebalance = false;
+    /// The shard table.
+    pub(super) fn table(&self) -> &ShardTable {
+        &self.shards
+    }
+
+    /// The shard table, to count items out and back and to park keys ([`ShardTable`]'s own operations;
+    /// ownership changes only through [`Handover`]).
+    pub(super) fn table_mut(&mut self) -> &mut ShardTable {
+        &mut self.shards
+    }
+
+    /// Whether shard `s`'s ownership write is with etcd (tests).
+    #[cfg(test)]
+    pub(super) fn is_committing(&self, s: u32) -> bool {
+        self.committing.contains(&s)
+    }
+
+    /// Whether some move may be able to finish.
+    pub(super) fn has_pending_moves(&self) -> bool {
+        !self.pending_moves.is_empty()
+    }
+
+    /// Shards whose claims etcd refused, waiting to be claimed again.
+    pub(super) fn claims_waiting(&self) -> usize {
+        self.claim_retry.len()
+    }
+
+    /// Takes the shard owners etcd holds at the start of the term, as `(shard, owner, lease, mod
+    /// revision)`. Returns how many shard keys carry no lease.
+    pub(super) fn load(
+        &mut self,
+        owners: Vec<(u32, String, i64, i64)>,
+        members: &Membership,
+    ) -> usize {
+        for (s, owner, lease, mod_revision) in owners {
+            if s >= self.shards.count() {
+                continue;
+            }
+            if lease == 0 {
+                self.leaseless.insert(s, mod_revision);
+                continue;
+            }
+            // A key on another lease than its owner's registration — an earlier incarnation's, or the
+            // lease a fenced worker's shards are kept on — is not the owner's to dispatch to: the shard
+            // counts as unowned, and a claim of it waits until that key is gone.
+            if members.lease_of(&owner) == Some(lease) {
+                self.shards.set_state(s, ShardState::Owned(owner));
+            }
+        }
+        self.leaseless.len()
+    }
+
+    /// The worker registry changed: a worker registering (again) may make a held shard key current, so
+    /// refused claims are tried at once.
+    pub(super) fn registry_changed(&mut self) {
+        self.claim_retry.clear();
+    }
+
+    /// Computes the desired owners over the dispatchable workers and starts what moves them there:
+    /// claims of free shards (for etcd), and moves, which start by revoking the shard from its old
+    /// owner and finish in [`Handover::complete_moves`].
+    pub(super) fn rebalance(&mut self, members: &Membership, now: Instant) -> Rebalance {
+        let mut plan = Rebalance::default();
         let live = fair_weights(
-            self.membership
-                .workers
-                .values()
-                .filter(|w| w.is_dispatchable())
+            members
+                .dispatchable()
                 .map(|w| WorkerWeight {
                     id: w.id.clone().into(),
                     weight: w.capacity,
@@ -59,263 +146,80 @@ impl Dispatcher {
                 .collect(),
         );
         if live.is_empty() {
-            return;
+            return plan;
         }
-        let live_ids: HashSet<&str> = self
-            .membership
-            .workers
-            .values()
-            .filter(|w| w.is_dispatchable())
-            .map(|w| w.id.as_str())
-            .collect();
-        let current: Vec<_> = (0..self.handover.shards.count())
+        let live_ids: HashSet<&str> = members.dispatchable().map(|w| w.id.as_str()).collect();
+        let current: Vec<_> = (0..self.shards.count())
             .map(|s| {
-                self.handover
-                    .shards
+                self.shards
                     .intended_owner(s)
                     .filter(|o| live_ids.contains(o))
                     .map(|o| o.to_owned().into())
             })
             .collect();
-        let desired = assign(self.handover.shards.count(), &live, &current);
-        let now = Instant::now();
+        let desired = assign(self.shards.count(), &live, &current);
         let mut claims = Vec::new();
-        let mut revokes: HashMap<String, Vec<u32>> = HashMap::new();
         for (s, target) in desired.into_iter().enumerate() {
             let s = u32::try_from(s).unwrap_or(u32::MAX);
-            if self.handover.committing.contains(&s) {
+            if self.committing.contains(&s) {
                 // Its write is in flight; the next rebalance sees how it ended.
                 continue;
             }
             let target = target.to_string();
-            match self.handover.shards.state(s).clone() {
-                ShardState::Unowned if self.handover.claim_retry.may_claim(s, now) => {
+            match self.shards.state(s).clone() {
+                ShardState::Unowned if self.claim_retry.may_claim(s, now) => {
                     claims.push((s, target));
                 }
-                // Refused a moment ago: claimed again once its wait is over (`periodic`).
-                ShardState::Unowned => self.needs_rebalance = true,
+                // Refused a moment ago: claimed again once its wait is over.
+                ShardState::Unowned => plan.again = true,
                 ShardState::Owned(owner) if owner == target => {}
                 ShardState::Owned(owner) => {
-                    self.handover.shards.set_state(
+                    self.shards.set_state(
                         s,
                         ShardState::Moving {
                             from: owner.clone(),
                             to: target,
                         },
                     );
-                    self.take_backlog_of_shard(&owner, s);
-                    revokes.entry(owner).or_default().push(s);
-                    self.handover.pending_moves.insert(s);
+                    plan.revokes.entry(owner).or_default().push(s);
+                    self.pending_moves.insert(s);
                 }
                 ShardState::Moving { from, .. } if from == target => {
-                    self.handover.shards.set_state(s, ShardState::Owned(from));
-                    self.unpark(s);
+                    plan.unparked.extend(self.owned(s, from));
                 }
                 ShardState::Moving { from, to } if to != target => {
-                    self.handover
-                        .shards
+                    self.shards
                         .set_state(s, ShardState::Moving { from, to: target });
                     // It may have been waiting only for its old target's lease.
-                    self.handover.pending_moves.insert(s);
+                    self.pending_moves.insert(s);
                 }
                 ShardState::Moving { .. } => {}
             }
         }
-        for (worker, shards) in revokes {
-            if let Some(w) = self.membership.workers.get(&worker) {
-                w.send(proto::coordinator_message::Msg::Revoke(proto::Revoke {
-                    shards,
-                }));
-            }
-        }
-        self.claim(claims);
-    }
-
-    /// Hands claims of unowned shards to etcd (one batched, guarded write per chunk). The shards stay
-    /// undispatchable until their results are back.
-    pub(super) fn claim(&mut self, claims: Vec<(u32, String)>) {
-        let writes: Vec<ShardWrite> = claims
+        let writes = claims
             .into_iter()
             .filter_map(|(shard, to)| {
-                let lease = self.membership.workers.get(&to).and_then(|w| w.lease_id)?;
+                let lease = members.lease_of(&to)?;
                 Some(ShardWrite {
                     shard,
                     from: None,
                     to,
                     lease,
-                    replace: self.handover.leaseless.get(&shard).copied(),
+                    replace: self.leaseless.get(&shard).copied(),
                 })
             })
             .collect();
-        self.hand_off(writes);
+        plan.writes = self.hand_off(writes);
+        plan
     }
 
-    /// Hands off the moves whose old owner holds nothing of the shard any more.
-    pub(super) fn complete_moves(&mut self) {
-        let candidates: Vec<u32> = std::mem::take(&mut self.handover.pending_moves)
-            .into_iter()
-            .collect();
-        let mut writes = Vec::new();
-        for s in candidates {
-            if self.handover.committing.contains(&s) {
-                continue;
-            }
-            let ShardState::Moving { from, to } = self.handover.shards.state(s).clone() else {
-                continue;
-            };
-            if self.handover.shards.in_flight(s) > 0 {
-                continue;
-            }
-            let from = match self.membership.workers.get(&from) {
-                // An old owner that has not said Hello to this leader may hold items of an earlier
-                // term that nobody here knows of: wait for its Hello (which hands the move back here)
-                // or its lease's end.
-                Some(w) if !w.handshaken => continue,
-                Some(_) => Some(from),
-                // Not registered (gone, or fenced by an earlier leader whose wait this term cannot
-                // know): written as a claim, which etcd refuses while the old owner's key lives — on
-                // its lease, or on the fence lease that outlives the worker's items.
-                None => None,
-            };
-            let Some(lease) = self.membership.workers.get(&to).and_then(|w| w.lease_id) else {
-                self.needs_rebalance = true;
-                continue;
-            };
-            let replace = if from.is_none() {
-                self.handover.leaseless.get(&s).copied()
-            } else {
-                None
-            };
-            writes.push(ShardWrite {
-                shard: s,
-                from,
-                to,
-                lease,
-                replace,
-            });
-        }
-        self.hand_off(writes);
-    }
-
-    fn hand_off(&mut self, writes: Vec<ShardWrite>) {
-        if writes.is_empty() {
-            return;
-        }
-        self.handover
-            .committing
-            .extend(writes.iter().map(|w| w.shard));
-        self.etcd_work.push(EtcdWork::Shards(writes));
-    }
-
-    /// Settles a shard write. While it was in flight the shard was neither dispatchable nor touched
-    /// by rebalancing or worker loss (its old owner held nothing of it, and nothing was sent), so
-    /// whatever the outcome, the shard goes to one live owner or none: never two.
-    ///
-    /// The table says `Owned(w)` only where etcd's key names `w` on `w`'s current lease, so that the
-    /// key lives exactly as long as `w` may run items of the shard, whichever leader reads it later.
-    pub(super) fn on_shard_written(&mut self, w: ShardWrite, outcome: WriteOutcome) {
-        let s = w.shard;
-        self.handover.committing.remove(&s);
-        let live = |d: &Self, id: &str| {
-            d.membership
-                .workers
-                .get(id)
-                .is_some_and(|w| w.lease_id.is_some())
-        };
-        let on_current_lease = |d: &Self, id: &str, lease: i64| {
-            d.membership.workers.get(id).and_then(|w| w.lease_id) == Some(lease)
-        };
-        match outcome {
-            WriteOutcome::Written => {
-                self.handover.claim_retry.written(s);
-                self.handover.leaseless.remove(&s);
-                if w.from.is_some() {
-                    self.ctx.metrics.shard_moves.inc();
-                }
-                if on_current_lease(self, &w.to, w.lease) {
-                    self.owned(s, w.to);
-                } else {
-                    // Written on a lease that has ended (the key goes with it) or that its worker
-                    // left for a new one (a claim waits until the key is gone).
-                    self.handover.shards.set_state(s, ShardState::Unowned);
-                    self.needs_rebalance = true;
-                }
-            }
-            WriteOutcome::Refused { current } => {
-                // Not free after all (a claim), or the old owner's key vanished (a move): take etcd's
-                // word for who owns it, and rebalance from there. A key on a lease its owner no longer
-                // holds (an earlier incarnation's, or a fenced worker's kept shards) is nobody's to
-                // dispatch to: claims are tried again, once its lease can have ended (`ClaimRetry`).
-                // A key on no lease would never end: it is claimed over at once.
-                let now = Instant::now();
-                match current {
-                    Some(h) if on_current_lease(self, &h.owner, h.lease) => {
-                        self.handover.claim_retry.written(s);
-                        self.owned(s, h.owner);
-                    }
-                    Some(h) if h.lease == 0 => {
-                        self.note_leaseless(s, h.mod_revision);
-                        self.handover.shards.set_state(s, ShardState::Unowned);
-                    }
-                    Some(h) => {
-                        self.handover.claim_retry.refused(s, now, h.ttl);
-                        self.handover.shards.set_state(s, ShardState::Unowned);
-                    }
-                    None => {
-                        self.handover.claim_retry.refused(s, now, None);
-                        self.handover.shards.set_state(s, ShardState::Unowned);
-                    }
-                }
-                self.needs_rebalance = true;
-            }
-            WriteOutcome::Failed => match w.from {
-                None => {
-                    self.handover.shards.set_state(s, ShardState::Unowned);
-                    self.needs_rebalance = true;
-                }
-                Some(from) => {
-                    if !live(self, &from) {
-                        self.handover.shards.set_state(s, ShardState::Unowned);
-                        self.needs_rebalance = true;
-                    } else if !live(self, &w.to) {
-                        self.owned(s, from);
-                        self.needs_rebalance = true;
-                    } else {
-                        // Still Moving: try again on the next pass.
-                        self.handover.pending_moves.insert(s);
-                    }
-                }
-            },
-        }
-    }
-
-    /// Shard `s`'s etcd key carries no lease: no write of the fleet's makes one (a bad restore or a hand
-    /// edit did), and it would never expire, so the next claim of the shard replaces it.
-    pub(super) fn note_leaseless(&mut self, s: u32, mod_revision: i64) {
-        if self.handover.leaseless.insert(s, mod_revision).is_none() {
-            self.ctx.metrics.bad("leaseless_shard_key");
-        }
-    }
-
-    pub(super) fn owned(&mut self, s: u32, owner: String) {
-        self.handover.shards.set_state(s, ShardState::Owned(owner));
-        self.unpark(s);
-    }
-
-    pub(super) fn unpark(&mut self, s: u32) {
-        for parked in self.handover.shards.unpark(s) {
-            self.route(parked.controller, parked.key);
-        }
-    }
-
-    pub(super) fn take_backlog_of_shard(&mut self, worker: &str, s: u32) {
-        let Some(w) = self.membership.workers.get_mut(worker) else {
-            return;
-        };
+    /// Moves `w`'s backlog of shard `s` (a shard moving away from it) onto the shard's parked keys: they
+    /// go to whoever owns the shard next.
+    pub(super) fn park_backlog(&mut self, w: &mut WorkerState, s: u32) {
         for (controller, backlog) in &mut w.backlog {
             backlog.retain(|(key, shard)| {
                 if *shard == s {
-                    self.handover.shards.park(
+                    self.shards.park(
                         s,
                         Parked {
                             controller: controller.clone(),
@@ -328,6 +232,196 @@ impl Dispatcher {
                 }
             });
         }
+    }
+
+    /// An item of shard `s` came back and `left` are still out: a move of the shard may finish now.
+    pub(super) fn item_back(&mut self, s: u32, left: u32) {
+        if left == 0 && matches!(self.shards.state(s), ShardState::Moving { .. }) {
+            self.pending_moves.insert(s);
+        }
+    }
+
+    /// Worker `id` said Hello to this term: the shards it owns (moving away or not). Moves away from it
+    /// waited for this (it might have held items nobody here knew of): what it holds is known now, so
+    /// they can finish once those are done.
+    pub(super) fn said_hello(&mut self, id: &str) -> Vec<u32> {
+        let shards = self.shards.owned_by(id);
+        for &s in &shards {
+            if matches!(self.shards.state(s), ShardState::Moving { .. }) {
+                self.pending_moves.insert(s);
+            }
+        }
+        shards
+    }
+
+    /// Hands off the moves whose old owner holds nothing of the shard any more: the writes for etcd, and
+    /// whether ownership must be computed again (a move's target lost its lease).
+    pub(super) fn complete_moves(&mut self, members: &Membership) -> (Vec<ShardWrite>, bool) {
+        let mut writes = Vec::new();
+        let mut again = false;
+        for s in std::mem::take(&mut self.pending_moves) {
+            if self.committing.contains(&s) {
+                continue;
+            }
+            let ShardState::Moving { from, to } = self.shards.state(s).clone() else {
+                continue;
+            };
+            if self.shards.in_flight(s) > 0 {
+                continue;
+            }
+            let from = match members.get(&from) {
+                // An old owner that has not said Hello to this leader may hold items of an earlier
+                // term that nobody here knows of: wait for its Hello (which hands the move back here)
+                // or its lease's end.
+                Some(w) if !w.handshaken => continue,
+                Some(_) => Some(from),
+                // Not registered (gone, or fenced by an earlier leader whose wait this term cannot
+                // know): written as a claim, which etcd refuses while the old owner's key lives — on
+                // its lease, or on the fence lease that outlives the worker's items.
+                None => None,
+            };
+            let Some(lease) = members.lease_of(&to) else {
+                again = true;
+                continue;
+            };
+            let replace = if from.is_none() {
+                self.leaseless.get(&s).copied()
+            } else {
+                None
+            };
+            writes.push(ShardWrite {
+                shard: s,
+                from,
+                to,
+                lease,
+                replace,
+            });
+        }
+        (self.hand_off(writes), again)
+    }
+
+    /// Marks the shards of `writes` committing: undispatchable until their results are back.
+    fn hand_off(&mut self, writes: Vec<ShardWrite>) -> Vec<ShardWrite> {
+        self.committing.extend(writes.iter().map(|w| w.shard));
+        writes
+    }
+
+    /// Settles a shard write. While it was in flight the shard was neither dispatchable nor touched
+    /// by rebalancing or worker loss (its old owner held nothing of it, and nothing was sent), so
+    /// whatever the outcome, the shard goes to one live owner or none: never two.
+    ///
+    /// The table says `Owned(w)` only where etcd's key names `w` on `w`'s current lease, so that the
+    /// key lives exactly as long as `w` may run items of the shard, whichever leader reads it later.
+    pub(super) fn written(
+        &mut self,
+        w: ShardWrite,
+        outcome: WriteOutcome,
+        members: &Membership,
+        now: Instant,
+    ) -> Settled {
+        let s = w.shard;
+        self.committing.remove(&s);
+        let live = |id: &str| members.lease_of(id).is_some();
+        let on_current_lease = |id: &str, lease: i64| members.lease_of(id) == Some(lease);
+        let mut settled = Settled::default();
+        match outcome {
+            WriteOutcome::Written => {
+                self.claim_retry.written(s);
+                self.leaseless.remove(&s);
+                settled.moved = w.from.is_some();
+                if on_current_lease(&w.to, w.lease) {
+                    settled.unparked = self.owned(s, w.to);
+                } else {
+                    // Written on a lease that has ended (the key goes with it) or that its worker
+                    // left for a new one (a claim waits until the key is gone).
+                    self.shards.set_state(s, ShardState::Unowned);
+                    settled.rebalance = true;
+                }
+            }
+            WriteOutcome::Refused { current } => {
+                // Not free after all (a claim), or the old owner's key vanished (a move): take etcd's
+                // word for who owns it, and rebalance from there. A key on a lease its owner no longer
+                // holds (an earlier incarnation's, or a fenced worker's kept shards) is nobody's to
+                // dispatch to: claims are tried again, once its lease can have ended (`ClaimRetry`).
+                // A key on no lease would never end: it is claimed over at once.
+                match current {
+                    Some(h) if on_current_lease(&h.owner, h.lease) => {
+                        self.claim_retry.written(s);
+                        settled.unparked = self.owned(s, h.owner);
+                    }
+                    Some(h) if h.lease == 0 => {
+                        settled.leaseless = self.leaseless.insert(s, h.mod_revision).is_none();
+                        self.shards.set_state(s, ShardState::Unowned);
+                    }
+                    Some(h) => {
+                        self.claim_retry.refused(s, now, h.ttl);
+                        self.shards.set_state(s, ShardState::Unowned);
+                    }
+                    None => {
+                        self.claim_retry.refused(s, now, None);
+                        self.shards.set_state(s, ShardState::Unowned);
+                    }
+                }
+                settled.rebalance = true;
+            }
+            WriteOutcome::Failed => match w.from {
+                None => {
+                    self.shards.set_state(s, ShardState::Unowned);
+                    settled.rebalance = true;
+                }
+                Some(from) if !live(&from) => {
+                    self.shards.set_state(s, ShardState::Unowned);
+                    settled.rebalance = true;
+                }
+                Some(from) if !live(&w.to) => {
+                    settled.unparked = self.owned(s, from);
+                    settled.rebalance = true;
+                }
+                // Still Moving: try again on the next pass.
+                Some(_) => {
+                    self.pending_moves.insert(s);
+                }
+            },
+        }
+        settled
+    }
+
+    /// Worker `id` is gone (its lease ended, and a fence, if any, has passed): its shards are free, and
+    /// a move to it falls back to the old owner. Returns the keys parked on shards that have a
+    /// dispatchable owner again.
+    pub(super) fn worker_gone(&mut self, id: &str) -> Vec<Parked> {
+        let mut unparked = Vec::new();
+        for s in 0..self.shards.count() {
+            if self.committing.contains(&s) {
+                // Its write is in flight; settling the result accounts for the worker's end.
+                continue;
+            }
+            match self.shards.state(s).clone() {
+                // Its ownership keys died with its lease (or, fenced, live on until it has certainly
+                // stopped: a claim waits for them).
+                ShardState::Owned(o) if o == id => self.shards.set_state(s, ShardState::Unowned),
+                ShardState::Moving { from, .. } if from == id => {
+                    self.shards.set_state(s, ShardState::Unowned);
+                }
+                ShardState::Moving { from, to } if to == id => {
+                    unparked.extend(self.owned(s, from));
+                }
+                _ => {}
+            }
+        }
+        unparked
+    }
+
+    /// Shard `s` is `owner`'s: the keys parked on it, to be routed.
+    fn owned(&mut self, s: u32, owner: String) -> Vec<Parked> {
+        self.shards.set_state(s, ShardState::Owned(owner));
+        self.shards.unpark(s).into()
+    }
+
+    /// Moves that may finish (tests).
+    #[cfg(test)]
+    pub(super) fn pending_moves(&self) -> &BTreeSet<u32> {
+        &self.pending_moves
     }
 }
 

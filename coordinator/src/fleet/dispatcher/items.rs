@@ -13,8 +13,6 @@
 //! foreign; a key is held at most once. The dispatcher's `check` (tests only) asserts these together
 //! with the queues' processing sets.
 
-use std::collections::HashMap;
-
 use flotilla_common::{ResourceKind, TraceContext};
 use foldhash::HashMap as FastMap;
 use foldhash::HashSet;
@@ -23,6 +21,7 @@ use tokio::time::Instant;
 use super::super::expectations::{Expectations, Expected};
 use super::super::shards::ShardTable;
 use super::super::workers::WorkerState;
+use super::membership::Membership;
 
 /// An item's identity: (term that assigned it, item id within that term).
 pub(super) type ItemId = (u64, u64);
@@ -176,30 +175,31 @@ impl Items {
         &mut self,
         id: ItemId,
         worker: &str,
-        workers: &mut HashMap<String, WorkerState>,
+        members: &mut Membership,
         shards: &mut ShardTable,
     ) -> Option<(Item, u32)> {
         match self.items.get(&id) {
-            Some(item) if item.worker == worker => self.reclaim(id, workers, shards),
+            Some(item) if item.worker == worker => self.reclaim(id, members, shards),
             _ => None,
         }
     }
 
     /// Takes item `id` back without a Done (its worker is lost, or did not report it held): the item,
-    /// off every count, with how many items of its shard are still out. A worker already forgotten
-    /// (removed from `workers`) has nothing to count down.
+    /// off every count, with how many items of its shard are still out. A worker that no longer lists
+    /// it (one forgotten, whose items were taken with its state, or a new incarnation of its id) has
+    /// nothing to count down.
     pub(super) fn reclaim(
         &mut self,
         id: ItemId,
-        workers: &mut HashMap<String, WorkerState>,
+        members: &mut Membership,
         shards: &mut ShardTable,
     ) -> Option<(Item, u32)> {
         let item = self.items.remove(&id)?;
-        if let Some(w) = workers.get_mut(&item.worker) {
-            w.items.remove(&id);
-            if let Some(n) = w.in_flight.get_mut(&item.controller) {
-                *n = n.saturating_sub(1);
-            }
+        if let Some(w) = members.get_mut(&item.worker)
+            && w.items.remove(&id)
+            && let Some(n) = w.in_flight.get_mut(&item.controller)
+        {
+            *n = n.saturating_sub(1);
         }
         let left = shards.item_back(item.shard);
         Some((item, left))

@@ -31,40 +31,44 @@ use flotilla_common::{
     Elected, Election, ElectionError, LeaderInfo, Reason, ResourceKind, Verdict,
 };
 use flotilla_proto as proto;
-use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::access::CacheAccess;
-use super::messages::{ControllerSpec, Credit, Done, Hello, HelloRefused, Primary, WriteIntent};
+use super::messages::{Credit, Done, Hello, HelloRefused, WriteIntent};
 use super::progress::{DispatchProgress, StallClock};
 use super::workers::Outbound;
+use super::write_intents::WriteIntents;
 use crate::config::CoordinatorConfig;
 use crate::informer::Informers;
-use crate::metrics::{ControllerLabel, FleetMetrics, OutcomeLabel};
-use crate::queue::{QueueMetricsFamilies, WorkQueue};
+use crate::metrics::FleetMetrics;
+use crate::queue::QueueMetricsFamilies;
 
 mod assign_budget;
 #[cfg(test)]
 mod check;
 mod controllers;
 mod etcd_work;
+mod events;
 mod handover;
+mod hello;
 mod items;
 mod membership;
 mod routing;
 mod run;
+mod shard_moves;
 mod status;
 #[cfg(test)]
 mod tests;
 mod trace_spans;
 mod worker_gauges;
+mod worker_loss;
 
 use controllers::Controllers;
-pub use controllers::DISCOVERY_PERIOD;
 use etcd_work::{EtcdDone, EtcdWork};
+pub use events::DISCOVERY_PERIOD;
 use handover::Handover;
 use items::Items;
 use membership::Membership;
@@ -196,51 +200,6 @@ const MAX_RETIRED_SHOWN: usize = 64;
 /// created since).
 const UNSERVED_RETRY: Duration = Duration::from_secs(300);
 
-struct ControllerState {
-    spec: ControllerSpec,
-    /// Keys of the controller, each with why it needs a run.
-    queue: WorkQueue<String, Reason>,
-    synced: bool,
-    next_resync: Option<Instant>,
-    /// When a live worker (lease alive, said Hello to this leader) last ran it, or when this term
-    /// registered it: retirement counts from here.
-    last_live: Instant,
-    /// Metric handles looked up once: the per-item path must not hash label sets.
-    counters: ControllerCounters,
-}
-
-struct ControllerCounters {
-    assigned: Counter,
-    success: Counter,
-    requeue_after: Counter,
-    error: Counter,
-}
-
-impl ControllerCounters {
-    fn new(metrics: &FleetMetrics, controller: &str) -> Self {
-        let done = |outcome: &str| {
-            metrics
-                .done
-                .get_or_create(&OutcomeLabel {
-                    controller: controller.to_owned(),
-                    outcome: outcome.to_owned(),
-                })
-                .clone()
-        };
-        Self {
-            assigned: metrics
-                .assigned
-                .get_or_create(&ControllerLabel {
-                    controller: controller.to_owned(),
-                })
-                .clone(),
-            success: done("success"),
-            requeue_after: done("requeue_after"),
-            error: done("error"),
-        }
-    }
-}
-
 /// How long a new leader waits for the workers it finds registered to say Hello before it rebalances.
 const SETTLE: Duration = Duration::from_secs(2);
 
@@ -250,6 +209,8 @@ struct Dispatcher {
     term: u64,
     /// The controllers of the term: their queues, routes and the owner graph.
     running: Controllers,
+    /// Traced writes waiting for their echo (tracing only; empty otherwise).
+    intents: WriteIntents,
     discovered_tx: mpsc::Sender<Vec<ResourceKind>>,
     /// Cancelled when the term ends: stops the tasks the term spawned on demand.
     term_tasks: CancellationToken,
@@ -284,6 +245,7 @@ impl Dispatcher {
         Self {
             term: ctx.term,
             running: Controllers::default(),
+            intents: WriteIntents::default(),
             discovered_tx,
             term_tasks: CancellationToken::new(),
             membership: Membership::default(),
@@ -305,7 +267,7 @@ impl Dispatcher {
     /// What every turn of the loop ends with, after its events: hands off the moves that can finish,
     /// sends what workers have credits for, and publishes the cache access view if it changed.
     pub(super) fn end_turn(&mut self) {
-        if !self.handover.pending_moves.is_empty() {
+        if self.handover.has_pending_moves() {
             self.complete_moves();
         }
         self.pump();
@@ -342,23 +304,18 @@ impl Dispatcher {
         self.access_dirty = false;
         let workers = self
             .membership
-            .workers
-            .values()
+            .iter()
             .filter(|w| w.handshaken)
             .filter_map(|w| {
                 let lease = w.lease_id?;
-                let mut reads = super::access::WorkerReads {
-                    lease,
-                    ..Default::default()
-                };
                 // Its accepted controllers (a rejected spec never reaches `concurrency`); one retired
                 // meanwhile declares nothing any more.
-                for name in w.concurrency.keys() {
-                    if let Some(state) = self.running.states.get(name) {
-                        reads.kinds.extend(state.spec.kinds());
-                        reads.owner_graph |= state.spec.primary == Primary::OwnerGraph;
-                    }
-                }
+                let (kinds, owner_graph) = self.running.reads_of(w.concurrency.keys());
+                let reads = super::access::WorkerReads {
+                    lease,
+                    kinds,
+                    owner_graph,
+                };
                 Some((w.id.clone(), reads))
             })
             .collect();
@@ -379,12 +336,7 @@ impl Dispatcher {
                 conn_id,
                 credit,
             } => {
-                let Some(w) = self
-                    .membership
-                    .workers
-                    .get_mut(&worker)
-                    .filter(|w| w.conn.as_ref().is_some_and(|c| c.id == conn_id))
-                else {
+                let Some(w) = self.membership.on_stream(&worker, conn_id) else {
                     return;
                 };
                 if !w.grant(&credit.controller, credit.n)
@@ -406,13 +358,7 @@ impl Dispatcher {
                 conn_id,
                 done,
             } => {
-                let current = self
-                    .membership
-                    .workers
-                    .get(&worker)
-                    .and_then(|w| w.conn.as_ref())
-                    .is_some_and(|c| c.id == conn_id);
-                if !current {
+                if self.membership.on_stream(&worker, conn_id).is_none() {
                     // A stale stream: the worker's Hello on its new stream settled what it holds.
                     return;
                 }
@@ -421,18 +367,14 @@ impl Dispatcher {
                 }
             }
             Command::Disconnected { worker, conn_id } => {
-                if let Some(w) = self.membership.workers.get_mut(&worker)
-                    && w.conn.as_ref().is_some_and(|c| c.id == conn_id)
+                if self
+                    .membership
+                    .disconnected(&worker, conn_id, Instant::now())
                 {
                     info!(
                         worker,
                         "worker stream ended; its items stay held until it returns or its lease expires"
                     );
-                    w.conn = None;
-                    w.disconnected_since = Some(Instant::now());
-                    for credits in w.credits.values_mut() {
-                        *credits = 0;
-                    }
                     self.access_dirty = true;
                 }
             }
@@ -441,7 +383,7 @@ impl Dispatcher {
             }
             Command::Intents { intents } => self.on_intents(intents),
             Command::Enqueue { controller, keys } => {
-                if let Some(state) = self.running.states.get_mut(&controller) {
+                if let Some(state) = self.running.get_mut(&controller) {
                     for key in keys {
                         match trace_spans::EventSpan::requested(&controller, &key) {
                             None => state.queue.add_because(key, || Reason::Requested),

@@ -8,11 +8,10 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::super::expectations::Expected;
-use super::super::messages::{ControllerSpec, Done, Outcome, Primary};
-use super::super::shards::{Parked, ShardState};
+use super::super::messages::{Done, Outcome};
+use super::super::shards::Parked;
 use super::super::workers::WorkerState;
 use super::assign_budget::{self, Fit};
-use super::controllers::primary_keys;
 use super::items::ItemId;
 use super::trace_spans;
 use super::{Dispatcher, UNSERVED_RETRY};
@@ -21,12 +20,10 @@ use crate::shard::shard_of;
 impl Dispatcher {
     pub(super) fn on_done(&mut self, worker: &str, d: Done) {
         let id = (d.term, d.item_id);
-        let Some((item, left)) = self.items.done(
-            id,
-            worker,
-            &mut self.membership.workers,
-            &mut self.handover.shards,
-        ) else {
+        let Some((item, left)) =
+            self.items
+                .done(id, worker, &mut self.membership, self.handover.table_mut())
+        else {
             if let Verdict::Log { suppressed } =
                 self.ctx.metrics.refused(worker, "done_for_unknown_item")
             {
@@ -41,11 +38,11 @@ impl Dispatcher {
             return;
         };
         self.stall.progressed(Instant::now());
-        self.item_back(item.shard, left);
+        self.handover.item_back(item.shard, left);
         if d.outcome == Outcome::Error {
             debug!(controller = %item.controller, key = %item.key, error = %d.error, "reconcile failed; retrying with backoff");
         }
-        let Some(state) = self.running.states.get_mut(&item.controller) else {
+        let Some(state) = self.running.get_mut(&item.controller) else {
             // A controller retired since the item went out: its key was made foreign then.
             if item.foreign {
                 self.finish_foreign(&item.controller, &item.key);
@@ -120,30 +117,23 @@ impl Dispatcher {
         }
     }
 
-    /// An item of shard `s` came back and `left` are still out: a move of the shard may finish now.
-    fn item_back(&mut self, s: u32, left: u32) {
-        if left == 0 && matches!(self.handover.shards.state(s), ShardState::Moving { .. }) {
-            self.handover.pending_moves.insert(s);
-        }
-    }
-
     /// Takes an item back without a Done and runs its key again.
     pub(super) fn reclaim(&mut self, id: ItemId) {
         let Some((item, left)) =
             self.items
-                .reclaim(id, &mut self.membership.workers, &mut self.handover.shards)
+                .reclaim(id, &mut self.membership, self.handover.table_mut())
         else {
             return;
         };
-        self.item_back(item.shard, left);
+        self.handover.item_back(item.shard, left);
         if item.foreign {
             self.finish_foreign(&item.controller, &item.key);
-            if let Some(state) = self.running.states.get_mut(&item.controller) {
+            if let Some(state) = self.running.get_mut(&item.controller) {
                 state.queue.add_because(item.key, || Reason::Handover);
             }
             return;
         }
-        if let Some(state) = self.running.states.get_mut(&item.controller) {
+        if let Some(state) = self.running.get_mut(&item.controller) {
             state.queue.done(&item.key);
             state.queue.add_because(item.key, || Reason::Handover);
         }
@@ -158,17 +148,13 @@ impl Dispatcher {
 
     /// Moves keys from the queues to workers while workers have credits.
     pub(super) fn pump(&mut self) {
-        let names: Vec<String> = self.running.states.keys().cloned().collect();
-        for name in names {
+        for name in self.running.names() {
             // Keys already routed to a worker go first.
             let ready: Vec<String> = self
                 .membership
-                .workers
-                .values()
+                .dispatchable()
                 .filter(|w| {
-                    w.is_dispatchable()
-                        && w.credits(&name) > 0
-                        && w.backlog.get(&name).is_some_and(|b| !b.is_empty())
+                    w.credits(&name) > 0 && w.backlog.get(&name).is_some_and(|b| !b.is_empty())
                 })
                 .map(|w| w.id.clone())
                 .collect();
@@ -180,13 +166,11 @@ impl Dispatcher {
             // a busy worker's backlog uses none.
             let mut credits: u64 = self
                 .membership
-                .workers
-                .values()
-                .filter(|w| w.is_dispatchable())
+                .dispatchable()
                 .map(|w| u64::from(w.credits(&name)))
                 .sum();
             while credits > 0 {
-                let Some(state) = self.running.states.get_mut(&name) else {
+                let Some(state) = self.running.get_mut(&name) else {
                     break;
                 };
                 if !state.synced {
@@ -208,27 +192,23 @@ impl Dispatcher {
     /// Sends `key` (processing in its queue) to the owner of its shard, or keeps it until it can be sent.
     /// Returns whether it was sent (using one credit).
     pub(super) fn route(&mut self, controller: String, key: String) -> bool {
-        if !self.running.states.contains_key(&controller) {
+        if !self.running.contains(&controller) {
             // Retired while the key waited: its queue is gone, and so is the key.
             return false;
         }
         let Some((controller, key)) = self.items.unless_deferred(controller, key) else {
             return false;
         };
-        let shard = shard_of(&controller, &key, self.handover.shards.count());
-        let Some(owner) = self
-            .handover
-            .shards
+        let shards = self.handover.table_mut();
+        let shard = shard_of(&controller, &key, shards.count());
+        let Some(w) = shards
             .dispatch_owner(shard)
-            .map(str::to_owned)
+            .and_then(|owner| self.membership.get_mut(owner))
         else {
-            self.handover.shards.park(shard, Parked { controller, key });
+            shards.park(shard, Parked { controller, key });
             return false;
         };
-        let Some(w) = self.membership.workers.get_mut(&owner) else {
-            self.handover.shards.park(shard, Parked { controller, key });
-            return false;
-        };
+        let owner = w.id.clone();
         let backlog_empty = w.backlog.get(&controller).is_none_or(|b| b.is_empty());
         if w.is_dispatchable() && w.credits(&controller) > 0 && backlog_empty {
             self.send_item(&owner, controller, key, shard);
@@ -244,7 +224,7 @@ impl Dispatcher {
 
     pub(super) fn drain_backlog(&mut self, worker: &str, controller: &str) {
         loop {
-            let Some(w) = self.membership.workers.get_mut(worker) else {
+            let Some(w) = self.membership.get_mut(worker) else {
                 return;
             };
             if !w.is_dispatchable() || w.credits(controller) == 0 {
@@ -264,7 +244,7 @@ impl Dispatcher {
 
     pub(super) fn send_item(&mut self, worker: &str, controller: String, key: String, shard: u32) {
         let item_id = self.items.next_id();
-        let Some(state) = self.running.states.get(&controller) else {
+        let Some(state) = self.running.get(&controller) else {
             return;
         };
         state.counters.assigned.inc();
@@ -293,7 +273,7 @@ impl Dispatcher {
         {
             trace_spans::queue_wait(&first, queued, taken, wait);
         }
-        let (object, prefetched) = self.payload(&state.spec, &key);
+        let (object, prefetched) = self.running.payload(&state.spec, &key, &self.ctx.informers);
         let mut assign = proto::Assign {
             item_id,
             term: self.term,
@@ -330,19 +310,19 @@ impl Dispatcher {
         if fit == Fit::TooLarge {
             // Never sent, never dropped: the key runs again after the rate limiter's backoff, when the
             // objects may have shrunk.
-            if let Some(state) = self.running.states.get_mut(&controller) {
+            if let Some(state) = self.running.get_mut(&controller) {
                 state.queue.done(&key);
                 state.queue.add_rate_limited_because(key, Reason::Retry);
             }
             return;
         }
-        let Some(w) = self.membership.workers.get_mut(worker) else {
+        let Some(w) = self.membership.get_mut(worker) else {
             return;
         };
         self.items.assign(
             (self.term, item_id),
             w,
-            &mut self.handover.shards,
+            self.handover.table_mut(),
             controller,
             key,
             shard,
@@ -354,52 +334,10 @@ impl Dispatcher {
             .push(assign);
     }
 
-    /// The primary object and the prefetched related objects, straight from the cache's serialization.
-    pub(super) fn payload(
-        &self,
-        spec: &ControllerSpec,
-        key: &str,
-    ) -> (bytes::Bytes, Vec<proto::PrefetchedObject>) {
-        let primary = match &spec.primary {
-            Primary::Kind(kind) => kind,
-            Primary::OwnerGraph => {
-                let Some((object, dependents)) =
-                    self.running.graph.payload(key, &self.ctx.informers)
-                else {
-                    return (bytes::Bytes::new(), Vec::new());
-                };
-                let dependents = dependents
-                    .iter()
-                    .map(|d| proto::PrefetchedObject {
-                        kind: Some((&*d.kind).into()),
-                        object: d.json.clone(),
-                    })
-                    .collect();
-                return (object.json.clone(), dependents);
-            }
-        };
-        let Some(object) = self.ctx.informers.store(primary).and_then(|s| s.get(key)) else {
-            return (bytes::Bytes::new(), Vec::new());
-        };
-        let mut prefetched = Vec::new();
-        for kind in &spec.prefetch_owned {
-            let Some(store) = self.ctx.informers.store(kind) else {
-                continue;
-            };
-            for owned in store.by_owner_uid(&object.uid) {
-                prefetched.push(proto::PrefetchedObject {
-                    kind: Some(kind.into()),
-                    object: owned.json.clone(),
-                });
-            }
-        }
-        (object.json.clone(), prefetched)
-    }
-
     pub(super) fn flush(&mut self) {
         let budget = self.ctx.config.dispatch_batch_bytes;
         for (worker, items) in self.outbox.drain() {
-            if let Some(w) = self.membership.workers.get(&worker) {
+            if let Some(w) = self.membership.get(&worker) {
                 // A failed send means the stream just broke: the items stay held by the worker until it
                 // reports them in its next Hello or its lease expires.
                 for items in assign_budget::batches(items, budget) {
@@ -412,47 +350,29 @@ impl Dispatcher {
     }
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
-        self.running
-            .states
-            .values()
-            .filter_map(|c| c.queue.next_deadline())
-            .min()
-    }
-
-    pub(super) fn promote_due(&mut self) {
-        let now = Instant::now();
-        for state in self.running.states.values_mut() {
-            state.queue.promote_due(now);
-        }
+        self.running.next_deadline()
     }
 
     /// Keys routed but not sent: in workers' backlogs, or parked on shards without a dispatchable owner.
     fn backlog_len(&self) -> usize {
         self.membership
-            .workers
-            .values()
+            .iter()
             .map(WorkerState::backlog_len)
             .sum::<usize>()
-            + self.handover.shards.parked_len()
+            + self.handover.table().parked_len()
     }
 
     /// Publishes whether dispatching is stalled (see `StallClock`), logging when that changes.
     fn check_progress(&mut self, now: Instant) {
-        let queued: usize = self
-            .running
-            .states
-            .values()
-            .filter(|c| c.synced)
-            .map(|c| c.queue.len())
-            .sum();
+        let queued = self.running.queued();
         let waiting = queued + self.backlog_len();
         let stalled = self.stall.stalled(waiting, now);
         if stalled != self.ctx.progress.is_stalled() {
             if stalled {
                 error!(
                     waiting,
-                    live_workers = self.membership.workers.values().filter(|w| w.is_dispatchable()).count(),
-                    claims_waiting = self.handover.claim_retry.len(),
+                    live_workers = self.membership.dispatchable().count(),
+                    claims_waiting = self.handover.claims_waiting(),
                     bound = ?self.ctx.config.dispatch_stall_timeout,
                     "keys wait and no item has finished within the bound; not ready"
                 );
@@ -465,38 +385,14 @@ impl Dispatcher {
 
     pub(super) fn periodic(&mut self) {
         let now = Instant::now();
-        self.promote_due();
+        self.running.promote_due(now);
         // An owner-graph controller may open on time alone (a kind that never syncs, see SYNC_GRACE).
-        let waiting: Vec<String> = self
-            .running
-            .states
-            .values()
-            .filter(|c| !c.synced && c.spec.primary == Primary::OwnerGraph)
-            .map(|c| c.spec.name.clone())
-            .collect();
-        for name in waiting {
-            self.check_synced(&name);
-        }
-        for state in self.running.states.values_mut() {
-            state.queue.update_unfinished_work(now);
-            if let (Some(at), Some(every)) = (state.next_resync, state.spec.resync)
-                && at <= now
-                && state.synced
-            {
-                state.next_resync = Some(now + every);
-                for key in primary_keys(
-                    &state.spec.primary,
-                    &self.running.graph,
-                    &self.ctx.informers,
-                ) {
-                    state.queue.add_because(key, || Reason::Resync);
-                }
-            }
-        }
+        self.running.check_graph_synced(&self.ctx.informers, now);
+        self.running.resync_due(&self.ctx.informers, now);
         self.publish_worker_gauges();
         self.check_progress(now);
-        if !self.running.intents.is_empty() {
-            self.running.intents.expire(now);
+        if !self.intents.is_empty() {
+            self.intents.expire(now);
             self.count_intent_drops();
         }
         // A hold expires only once the API has answered after its deadline: released while the API does
@@ -519,22 +415,8 @@ impl Dispatcher {
             self.ctx.informers.retry_unserved();
         }
         self.fence_silent_workers(now);
-        let free: Vec<String> = self
-            .membership
-            .workers
-            .values()
-            .filter(|w| w.lease_id.is_none() && w.fenced_until.is_none_or(|t| t <= now))
-            .map(|w| w.id.clone())
-            .collect();
-        for id in free {
-            self.free_worker(&id, "lease_expired");
-        }
-        let all_connected = self
-            .membership
-            .workers
-            .values()
-            .all(|w| w.handshaken || w.lease_id.is_none());
-        if self.needs_rebalance && (all_connected || now >= self.settle_until) {
+        self.free_stopped_workers(now);
+        if self.needs_rebalance && (self.membership.all_said_hello() || now >= self.settle_until) {
             self.rebalance();
         }
     }

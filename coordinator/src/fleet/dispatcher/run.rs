@@ -91,8 +91,8 @@ async fn run(
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     info!(
         term = d.term,
-        workers = d.membership.workers.len(),
-        controllers = d.running.states.len(),
+        workers = d.membership.len(),
+        controllers = d.running.len(),
         "leading"
     );
     loop {
@@ -127,7 +127,7 @@ async fn run(
                 None => return Err(TermError::Etcd(etcd_client::Error::WatchError("worker registry watch ended".into()))),
             },
             Some(done) = etcd_done.recv() => d.on_etcd_done(done)?,
-            () = sleep_until_opt(deadline) => d.promote_due(),
+            () = sleep_until_opt(deadline) => d.running.promote_due(Instant::now()),
             _ = tick.tick() => d.periodic(),
         }
         d.end_turn();

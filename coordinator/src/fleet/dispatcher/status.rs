@@ -9,22 +9,20 @@ impl Dispatcher {
     pub(super) fn status(&self) -> proto::StatusResponse {
         let mut workers: Vec<proto::WorkerStatus> = self
             .membership
-            .workers
-            .values()
+            .iter()
             .map(|w| proto::WorkerStatus {
                 id: w.id.clone(),
                 connected: w.is_dispatchable(),
                 capacity: w.capacity,
                 in_flight: w.in_flight_total(),
-                shards: u32::try_from(self.handover.shards.owned_by(&w.id).len())
+                shards: u32::try_from(self.handover.table().owned_by(&w.id).len())
                     .unwrap_or(u32::MAX),
                 lacking: if w.handshaken {
                     let mut lacking: Vec<String> = self
                         .running
-                        .states
-                        .keys()
-                        .filter(|c| !w.concurrency.contains_key(*c))
-                        .cloned()
+                        .names()
+                        .into_iter()
+                        .filter(|c| !w.concurrency.contains_key(c))
                         .collect();
                     lacking.sort();
                     lacking
@@ -36,13 +34,11 @@ impl Dispatcher {
         workers.sort_by(|a, b| a.id.cmp(&b.id));
         let mut queues: Vec<proto::QueueStatus> = self
             .running
-            .states
             .iter()
             .map(|(name, c)| {
                 let routed: usize = self
                     .membership
-                    .workers
-                    .values()
+                    .iter()
                     .map(|w| w.backlog.get(name).map_or(0, |b| b.len()))
                     .sum();
                 proto::QueueStatus {
@@ -85,7 +81,7 @@ impl Dispatcher {
             workers,
             queues,
             informers,
-            shard_count: self.handover.shards.count(),
+            shard_count: self.handover.table().count(),
             retired,
         }
     }

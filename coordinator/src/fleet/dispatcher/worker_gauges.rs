@@ -13,7 +13,7 @@ impl Dispatcher {
         let metrics = &self.ctx.metrics;
         metrics.worker_in_flight.clear();
         metrics.worker_credits.clear();
-        for w in self.membership.workers.values() {
+        for w in self.membership.iter() {
             let label = WorkerLabel {
                 worker: w.id.clone(),
             };

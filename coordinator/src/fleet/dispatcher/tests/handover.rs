@@ -29,7 +29,7 @@ async fn a_running_one_key_per_shard() -> (Fleet, Vec<String>) {
 fn moving(f: &Fleet, from: &str, to: &str) -> Vec<u32> {
     (0..SHARDS)
         .filter(|&s| {
-            *f.d.handover.shards.state(s)
+            *f.d.handover.table().state(s)
                 == ShardState::Moving {
                     from: from.into(),
                     to: to.into(),

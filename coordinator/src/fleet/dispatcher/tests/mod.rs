@@ -206,8 +206,7 @@ impl Fleet {
     async fn wait_synced(&mut self) {
         for _ in 0..1000 {
             self.turn();
-            if self.d.running.states.values().all(|c| c.synced) && !self.d.running.states.is_empty()
-            {
+            if self.d.running.iter().all(|(_, c)| c.synced) && self.d.running.len() > 0 {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -466,7 +465,7 @@ impl Fleet {
             tokio::time::advance(step).await;
             self.stop_revoked_workers();
             self.etcd.expire_due(Instant::now());
-            self.d.promote_due();
+            self.d.running.promote_due(Instant::now());
             self.d.periodic();
             self.turn();
         }
@@ -646,15 +645,15 @@ impl Fleet {
         for s in 0..SHARDS {
             out += &format!(
                 "\n  {s}: {:?} in flight {} parked {} committing {} etcd {:?}",
-                self.d.handover.shards.state(s),
-                self.d.handover.shards.in_flight(s),
-                self.d.handover.shards.parked_in(s),
-                self.d.handover.committing.contains(&s),
+                self.d.handover.table().state(s),
+                self.d.handover.table().in_flight(s),
+                self.d.handover.table().parked_in(s),
+                self.d.handover.is_committing(s),
                 self.etcd.shards.get(&s)
             );
         }
         out += "\nworkers (leader's view):";
-        for w in self.d.membership.workers.values() {
+        for w in self.d.membership.iter() {
             out += &format!(
                 "\n  {}: lease {:?} conn {} handshaken {} fenced {:?} credits {:?} items {} backlog {}",
                 w.id,
@@ -680,7 +679,7 @@ impl Fleet {
                 w.refused
             );
         }
-        for (name, c) in &self.d.running.states {
+        for (name, c) in self.d.running.iter() {
             out += &format!(
                 "\nqueue {name}: synced {} len {} processing {}",
                 c.synced,
@@ -692,7 +691,7 @@ impl Fleet {
             "\nforeign {:?} deferred {:?} pending moves {:?} needs rebalance {}",
             self.d.items.foreign(),
             self.d.items.deferred(),
-            self.d.handover.pending_moves,
+            self.d.handover.pending_moves(),
             self.d.needs_rebalance
         );
         out

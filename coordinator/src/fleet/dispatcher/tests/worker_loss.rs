@@ -178,9 +178,7 @@ async fn a_registration_read_older_than_the_registry_watch_does_not_bring_a_work
         "refused: {:?}",
         f.workers["c"].refused
     );
-    assert!(
-        !f.d.membership.workers.contains_key("c") || f.d.membership.workers["c"].lease_id.is_none()
-    );
+    assert_eq!(f.d.membership.lease_of("c"), None);
 }
 
 /// The leader's table says a worker owns a shard only where etcd's key is on that worker's current
