@@ -442,8 +442,138 @@ pub(super) fn fair_weights(mut workers: Vec<WorkerWeight>) -> Vec<WorkerWeight> 
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_WEIGHT_RATIO, WorkerWeight, fair_weights};
+    use std::collections::HashMap;
+
     use proptest::prelude::*;
+    use tokio::sync::mpsc;
+    use tokio::time::Instant;
+
+    use super::super::super::shards::{Parked, ShardState};
+    use super::super::super::workers::Connection;
+    use super::super::etcd_work::{ShardWrite, WriteOutcome};
+    use super::super::membership::Membership;
+    use super::{Handover, MAX_WEIGHT_RATIO, WorkerWeight, fair_weights};
+
+    /// Workers `(id, lease)` registered and connected to this term, each running one controller.
+    fn members(workers: &[(&str, i64)]) -> Membership {
+        let mut m = Membership::default();
+        let now = Instant::now();
+        m.load(
+            workers
+                .iter()
+                .map(|(id, lease)| ((*id).to_owned(), *lease, 1))
+                .collect(),
+            1,
+            now,
+        );
+        for (conn, (id, _)) in workers.iter().enumerate() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            // The receiver is dropped: a revoke sent to it is simply lost, which these tests don't read.
+            drop(rx);
+            let connection = Connection {
+                id: conn as u64,
+                tx,
+            };
+            m.said_hello(id, HashMap::from([("c".to_owned(), 1)]), connection);
+        }
+        m
+    }
+
+    fn settle_all(h: &mut Handover, writes: Vec<ShardWrite>, m: &Membership) {
+        for w in writes {
+            h.written(w, WriteOutcome::Written, m, Instant::now());
+        }
+    }
+
+    /// A shard moves to a new worker only once its old owner holds nothing of it: while one item is
+    /// out, the move is not even written; once it is back, the write goes out and its success makes
+    /// the new worker the owner.
+    #[tokio::test(start_paused = true)]
+    async fn a_move_is_written_only_once_the_old_owner_holds_nothing_of_the_shard() {
+        let mut h = Handover::new(4);
+        let alone = members(&[("a", 1)]);
+        let plan = h.rebalance(&alone, Instant::now());
+        assert_eq!(plan.writes.len(), 4, "every free shard is claimed");
+        settle_all(&mut h, plan.writes, &alone);
+        assert!((0..4).all(|s| h.table().dispatch_owner(s) == Some("a")));
+
+        let both = members(&[("a", 1), ("b", 2)]);
+        let plan = h.rebalance(&both, Instant::now());
+        let moving = plan.revokes.get("a").cloned().unwrap_or_default();
+        assert_eq!(moving.len(), 2, "half the shards move to the newcomer");
+        assert!(plan.writes.is_empty());
+        let busy = moving[0];
+        h.table_mut().item_out(busy);
+
+        let (writes, again) = h.complete_moves(&both);
+        assert!(!again);
+        assert_eq!(
+            writes.iter().map(|w| w.shard).collect::<Vec<_>>(),
+            moving[1..],
+            "the move of a shard with an item out waits"
+        );
+        assert_eq!(
+            h.table().dispatch_owner(busy),
+            None,
+            "nothing of a moving shard is dispatched"
+        );
+        settle_all(&mut h, writes, &both);
+
+        let left = h.table_mut().item_back(busy);
+        h.item_back(busy, left);
+        let (writes, _) = h.complete_moves(&both);
+        assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0].from.as_deref(), Some("a"));
+        assert_eq!(
+            h.table().dispatch_owner(busy),
+            None,
+            "not dispatchable while committing"
+        );
+        settle_all(&mut h, writes, &both);
+        assert_eq!(h.table().dispatch_owner(busy), Some("b"));
+    }
+
+    /// A claim etcd wrote on a lease its worker no longer holds leaves the shard unowned (the key goes
+    /// with that lease), and asks for a rebalance.
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_written_on_an_ended_lease_leaves_the_shard_unowned() {
+        let mut h = Handover::new(1);
+        let m = members(&[("a", 1)]);
+        let mut writes = h.rebalance(&m, Instant::now()).writes;
+        let re_registered = members(&[("a", 7)]);
+        let settled = h.written(
+            writes.remove(0),
+            WriteOutcome::Written,
+            &re_registered,
+            Instant::now(),
+        );
+        assert!(settled.rebalance);
+        assert_eq!(h.table().state(0), &ShardState::Unowned);
+    }
+
+    /// When a move's target is gone, the shard is its old owner's again, and the keys parked while it
+    /// moved come back to be routed; a gone owner's shards are free.
+    #[tokio::test(start_paused = true)]
+    async fn a_move_to_a_gone_worker_falls_back_and_gives_its_parked_keys_back() {
+        let mut h = Handover::new(2);
+        let m = members(&[("a", 1), ("b", 2)]);
+        h.load(vec![(0, "a".into(), 1, 10), (1, "b".into(), 2, 11)], &m);
+        h.table_mut().set_state(
+            0,
+            ShardState::Moving {
+                from: "a".into(),
+                to: "b".into(),
+            },
+        );
+        let parked = Parked {
+            controller: "c".into(),
+            key: "ns/x".into(),
+        };
+        h.table_mut().park(0, parked.clone());
+        assert_eq!(h.worker_gone("b"), vec![parked]);
+        assert_eq!(h.table().state(0), &ShardState::Owned("a".into()));
+        assert_eq!(h.table().state(1), &ShardState::Unowned);
+    }
 
     fn weights(ws: &[u32]) -> Vec<WorkerWeight> {
         ws.iter()

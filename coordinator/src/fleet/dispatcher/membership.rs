@@ -384,8 +384,72 @@ impl Membership {
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_REGISTERED_CAPACITY, Registration};
+    use std::collections::HashMap;
+    use std::time::Duration;
+
     use proptest::prelude::*;
+    use tokio::sync::mpsc;
+    use tokio::time::Instant;
+
+    use super::super::super::workers::Connection;
+    use super::{MAX_REGISTERED_CAPACITY, Membership, Registered, Registration, RegistryEvent};
+
+    fn connection(id: u64) -> Connection {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        Connection { id, tx }
+    }
+
+    /// The same id registered on a new lease is a new incarnation: the old one's state (with what it
+    /// held) comes back to be released, and the member is the new one, holding nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_registration_on_a_new_lease_replaces_the_old_incarnation() {
+        let mut m = Membership::default();
+        let now = Instant::now();
+        m.load(vec![("w".into(), 1, 4)], 10, now);
+        m.get_mut("w").map(|w| w.items.insert((1, 1)));
+        let up = |lease_id| RegistryEvent::Up {
+            id: "w".into(),
+            lease_id,
+            capacity: 4,
+        };
+        assert!(matches!(m.on_registry(11, up(1), now), Registered::Up));
+        let Registered::Replaced(old) = m.on_registry(12, up(2), now) else {
+            panic!("not replaced");
+        };
+        assert_eq!(old.lease_id, Some(1));
+        assert!(old.items.contains(&(1, 1)));
+        assert_eq!(m.lease_of("w"), Some(2));
+        assert!(m.get("w").is_some_and(|w| w.items.is_empty()));
+    }
+
+    /// A worker away beyond the grace is fenced once; once its lease is gone it is free only after the
+    /// fence has passed, and a stream of an older connection cannot disconnect the current one.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_worker_is_fenced_once_and_freed_after_its_fence() {
+        let grace = Duration::from_secs(10);
+        let mut m = Membership::default();
+        let t0 = Instant::now();
+        m.load(vec![("w".into(), 5, 1)], 1, t0);
+        m.said_hello("w", HashMap::from([("c".into(), 1)]), connection(2));
+        assert!(
+            !m.disconnected("w", 1, t0),
+            "an old stream's end changes nothing"
+        );
+        assert!(m.disconnected("w", 2, t0));
+        assert!(m.fence_silent(t0 + grace / 2, grace).is_empty());
+        assert_eq!(m.fence_silent(t0 + grace, grace), [("w".to_owned(), 5)]);
+        assert!(
+            m.fence_silent(t0 + grace * 2, grace).is_empty(),
+            "fenced once"
+        );
+        m.fenced("w", Duration::from_secs(3), t0 + grace);
+        assert!(matches!(
+            m.on_registry(2, RegistryEvent::Down { id: "w".into() }, t0 + grace),
+            Registered::Down { .. }
+        ));
+        assert!(m.free_due(t0 + grace + Duration::from_secs(2)).is_empty());
+        assert_eq!(m.free_due(t0 + grace + Duration::from_secs(3)), ["w"]);
+    }
 
     proptest! {
         #[test]

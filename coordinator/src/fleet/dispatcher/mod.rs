@@ -9,13 +9,23 @@
 //! - a worker that stops talking keeps its items until it reports them in a new Hello or its lease expires
 //!   (the worker fences itself before that), so a broken stream never frees a key early.
 //!
-//! Its state is a few owned parts, each stating the invariant it keeps: [`Items`] (`items.rs`: every
-//! item counted at its worker and its shard together, foreign and deferred keys, read-your-writes
-//! holds), [`Membership`] (`membership.rs`: the workers and pending Hellos), [`Handover`] (`handover.rs`:
-//! the shard table and the moves, claims and commits changing it) and [`Controllers`]
-//! (`controllers.rs`: queues, routes, the owner graph). The invariants that span them are asserted
-//! together, in one place, by `Dispatcher::check` (`check.rs`, tests only), after every step of the
-//! unit tests.
+//! Its state is four parts, each a type that owns its fields, states the invariant it keeps and offers
+//! a few operations; none reaches into another, and each is handed what it needs of the others:
+//!
+//! - [`Items`] (`items.rs`): every item counted at its worker and its shard together, foreign and
+//!   deferred keys, read-your-writes holds — assign, adopt, done, reclaim, hold, retire;
+//! - [`Membership`] (`membership.rs`): the workers, Hellos waiting for a registration, the registry
+//!   revision — load, registration reads and events, Hello, disconnect, fence, free;
+//! - [`Handover`] (`handover.rs`): the shard table and the moves, claims and commits changing it —
+//!   rebalance, complete moves, settle a write, a worker gone;
+//! - [`Controllers`] (`controllers.rs`): specs, queues, sync gates, routes and the owner graph —
+//!   register, keys for an event, resync, retire.
+//!
+//! The dispatcher keeps the orchestration: it carries a command, an informer event, an etcd result or
+//! the end of a turn through the parts (`mod.rs`, `routing.rs` for items and timers, `hello.rs` and
+//! `worker_loss.rs` for workers joining and leaving, `shard_moves.rs` for shard writes, `events.rs` for
+//! the controllers). The invariants that span the parts are asserted together, in one place, by
+//! `Dispatcher::check` (`check.rs`, tests only), after every step of the unit tests.
 //!
 //! The [`Dispatcher`] itself never awaits: it decides, sends to worker streams (which never block), and
 //! queues what it wants of etcd as [`EtcdWork`]; the term's loop (`run`) runs that work beside it and
