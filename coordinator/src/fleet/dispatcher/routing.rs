@@ -349,10 +349,6 @@ impl Dispatcher {
         }
     }
 
-    pub(super) fn next_deadline(&self) -> Option<Instant> {
-        self.running.next_deadline()
-    }
-
     /// Keys routed but not sent: in workers' backlogs, or parked on shards without a dispatchable owner.
     fn backlog_len(&self) -> usize {
         self.membership

@@ -96,7 +96,7 @@ async fn run(
         "leading"
     );
     loop {
-        let deadline = d.next_deadline();
+        let deadline = d.running.next_deadline();
         tokio::select! {
             biased;
             () = stop.cancelled() => break,
