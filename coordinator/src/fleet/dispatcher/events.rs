@@ -92,6 +92,8 @@ impl Dispatcher {
         self.access_dirty = true;
     }
 
+    /// An informer event (after the cache applied it): the read-your-writes holds it ends are released,
+    /// and the keys it routes to are queued, in one trace per event when it is sampled.
     pub(super) fn on_informer_event(&mut self, ev: InformerEvent) {
         let keys = self
             .running
