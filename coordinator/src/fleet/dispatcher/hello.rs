@@ -167,11 +167,13 @@ impl Dispatcher {
             self.items
                 .adopt((h.term, h.item_id), w, shards, &h.controller, &h.key, shard);
         }
-        self.access_dirty = true;
         let shards = self.handover.said_hello(&id);
         self.needs_rebalance = true;
         info!(worker = %id, held = hello.held.len(), shards = shards.len(), "worker connected");
         self.warn_on_mixed_controllers();
+        // Published now, not at the end of the turn: the worker may read the cache the moment its
+        // Welcome arrives, which can be before this turn ends (the reply travels on another thread).
+        self.publish_access();
         Ok(proto::Welcome {
             term: self.term,
             leader_id: self.ctx.leader.id.clone(),

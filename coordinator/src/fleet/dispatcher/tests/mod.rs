@@ -5,6 +5,7 @@
 //! Every Assign a worker receives is checked against every other worker's running items: a key at two
 //! workers fails the test at that step.
 
+mod access;
 mod debris;
 mod etcd;
 mod exclusivity;
@@ -237,6 +238,13 @@ impl Fleet {
     /// Starts worker `id` (a new process on a new lease, whatever its last one left in etcd) and
     /// connects it.
     pub(super) fn start_worker(&mut self, id: &str, concurrency: u32) {
+        self.register_worker(id, concurrency);
+        self.connect(id);
+    }
+
+    /// Starts worker `id`'s process on a new lease and lets the leader see its registration; it has
+    /// not said Hello yet.
+    pub(super) fn register_worker(&mut self, id: &str, concurrency: u32) {
         let lease = self.etcd.grant();
         self.etcd.register(id, lease);
         let worker = self.workers.entry(id.to_owned()).or_insert_with(|| Worker {
@@ -259,11 +267,16 @@ impl Fleet {
         worker.stops_at = None;
         worker.concurrency = concurrency;
         self.turn();
-        self.connect(id);
     }
 
     /// Opens a new stream for worker `id`, saying Hello with what it runs.
     pub(super) fn connect(&mut self, id: &str) {
+        self.say_hello(id);
+        self.turn();
+    }
+
+    /// Opens a new stream for worker `id` and hands the dispatcher its Hello, without ending the turn.
+    pub(super) fn say_hello(&mut self, id: &str) {
         let conn_id = self.next_conn;
         self.next_conn += 1;
         let Some(w) = self.workers.get_mut(id) else {
@@ -307,7 +320,6 @@ impl Fleet {
             tx,
             reply,
         });
-        self.turn();
     }
 
     /// Worker `id`'s stream breaks; the process goes on running its items.
