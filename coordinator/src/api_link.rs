@@ -231,12 +231,14 @@ mod tests {
     async fn an_api_that_refuses_connections_is_in_doubt_then_unreachable_within_the_bound() {
         let stop = CancellationToken::new();
         let bound = Duration::from_millis(800);
+        // The link counts its bound from the moment it starts, so the clock starts before it does:
+        // read after `start` returns, it would put the bound up to a scheduling delay late.
+        let started = Instant::now();
         let link = ApiLink::start(unreachable_client(), bound, stop.clone());
         assert!(
             !link.is_unreachable(),
             "reachable until probes say otherwise"
         );
-        let started = Instant::now();
         tokio::time::timeout(Duration::from_secs(5), link.unreachable())
             .await
             .expect("unreachable within 5 s");
