@@ -110,12 +110,13 @@ async fn a_watch_with_resource_version_unset_or_zero_starts_with_synthetic_added
 #[tokio::test]
 async fn timeout_seconds_ends_the_stream() {
     let (_cluster, client, ns) = setup("watch-timeout").await;
+    // Before the open: the server's second runs from when it took the request.
+    let started = tokio::time::Instant::now();
     let mut watch = RawWatch::open(
         &client,
         &format!("{}?watch=true&timeoutSeconds=1", configmaps(&ns)),
     )
     .await;
-    let started = tokio::time::Instant::now();
     let events = watch
         .until_end(SOON, "the server to close a timeoutSeconds=1 watch")
         .await;

@@ -2,7 +2,7 @@
 //! node-lifecycle controller runs). A pod that does not tolerate the taint is deleted at once, with
 //! kube-controller-manager's `DisruptionTarget` condition and `TaintManagerEviction` Event; one
 //! tolerating it for 3 s goes no sooner than 3 s after the taint's `timeAdded`; one tolerating it
-//! forever stays; and one tolerating it for 6 s stays when the taint goes before its time, with the
+//! forever stays; and one tolerating it for 10 s stays when the taint goes before its time, with the
 //! "Cancelling deletion" Event.
 
 use std::time::{Duration, SystemTime};
@@ -107,7 +107,7 @@ async fn pods_leave_a_node_tainted_no_execute_at_once_after_their_toleration_or_
     for (name, tolerations) in [
         ("untolerating", json!([])),
         ("three-seconds", tolerating(&key, Some(3))),
-        ("six-seconds", tolerating(&key, Some(6))),
+        ("ten-seconds", tolerating(&key, Some(10))),
         ("forever", tolerating(&key, None)),
     ] {
         pods.create(&PostParams::default(), &pod(name, &node, tolerations))
@@ -162,7 +162,7 @@ async fn pods_leave_a_node_tainted_no_execute_at_once_after_their_toleration_or_
         "evicted {after:?} after the taint, before its 3 s"
     );
 
-    for name in ["six-seconds", "forever"] {
+    for name in ["ten-seconds", "forever"] {
         let pod = pods.get(name).await.unwrap();
         assert!(
             pod.metadata.deletion_timestamp.is_none(),
@@ -170,27 +170,27 @@ async fn pods_leave_a_node_tainted_no_execute_at_once_after_their_toleration_or_
         );
     }
 
-    // The taint goes before the 6 s are up: that pod stays, and so does the one tolerating forever.
+    // The taint goes before the 10 s are up: that pod stays, and so does the one tolerating forever.
     set_taints(&nodes, &node, Value::Null).await;
     assert!(
         SystemTime::now()
             .duration_since(added_at)
             .unwrap_or_default()
-            < Duration::from_secs(6),
+            < Duration::from_secs(10),
         "the taint went too late to show a cancelled eviction"
     );
     event(
         &events,
-        "six-seconds",
-        &format!("Cancelling deletion of Pod {ns}/six-seconds"),
+        "ten-seconds",
+        &format!("Cancelling deletion of Pod {ns}/ten-seconds"),
     )
     .await;
     // Absence can only be shown by waiting: past the cancelled deadline, with a margin.
-    let deadline = added_at + Duration::from_secs(6) + Duration::from_millis(1500);
+    let deadline = added_at + Duration::from_secs(10) + Duration::from_millis(1500);
     if let Ok(left) = deadline.duration_since(SystemTime::now()) {
         tokio::time::sleep(left).await;
     }
-    for name in ["six-seconds", "forever"] {
+    for name in ["ten-seconds", "forever"] {
         let pod = pods.get(name).await.unwrap();
         assert!(
             pod.metadata.deletion_timestamp.is_none() && disruption(&pod).is_none(),

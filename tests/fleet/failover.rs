@@ -86,21 +86,22 @@ async fn a_leader_stopped_with_sigterm_resigns_and_a_standby_leads_within_a_seco
     .await;
 
     let leader = leader_id(&fleet).await;
+    let old = if leader == "c0" { &mut c0 } else { &mut c1 };
     let stopped = Instant::now();
-    if leader == "c0" {
-        c0.sigterm(Duration::from_secs(10)).await
-    } else {
-        c1.sigterm(Duration::from_secs(10)).await
-    }
-    let new_leader = wait_for(Duration::from_secs(10), "a new leader", || async {
-        fleet
-            .leader()
-            .await
-            .map(|l| l.info.id)
-            .filter(|id| *id != leader)
-    })
-    .await;
-    let took = stopped.elapsed();
+    // The new leader is awaited while the old process finishes its shutdown: the handover is timed
+    // from the signal to the new leader, not to the old process's exit.
+    let new_leader = async {
+        let new_leader = wait_for(Duration::from_secs(10), "a new leader", || async {
+            fleet
+                .leader()
+                .await
+                .map(|l| l.info.id)
+                .filter(|id| *id != leader)
+        })
+        .await;
+        (new_leader, stopped.elapsed())
+    };
+    let ((new_leader, took), ()) = tokio::join!(new_leader, old.sigterm(Duration::from_secs(10)));
     assert!(
         took < Duration::from_secs(1),
         "{new_leader} led {took:?} after SIGTERM of {leader}"

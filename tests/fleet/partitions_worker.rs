@@ -90,6 +90,10 @@ async fn probe_worker(
         "fleet-probe",
         id,
         &[
+            // Fence 1 s before the lease can expire (as the test coordinators do), not the default
+            // 0.5 s: the fence is asserted against the lease, and a loaded machine takes the margin.
+            "--lease-renew-deadline",
+            "2s",
             "--controllers",
             "journal",
             "--journal",
@@ -294,8 +298,9 @@ async fn a_worker_whose_etcd_is_blackholed_stops_and_hands_over_within_the_same_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_cut_from_its_coordinator_keeps_its_keys_until_it_reports_them_or_its_lease_ends()
 {
-    // Reconciles of 4 s, the coordinator's reconnect grace 5 s (support::fleet).
-    let mut s = Scenario::start("pw-grpc", 4_000, 20).await;
+    // Reconciles of 6 s, the coordinator's reconnect grace 5 s (support::fleet): a cut of at most
+    // 3 s is shorter than both.
+    let mut s = Scenario::start("pw-grpc", 6_000, 20).await;
     let cut = |s: &Scenario, fault| {
         s.coordinator
             .grpc
@@ -309,7 +314,7 @@ async fn a_worker_cut_from_its_coordinator_keeps_its_keys_until_it_reports_them_
     cut(&s, Fault::Cut);
     // The cut broke the stream (the test's own status calls pass: only `a`'s connections are cut).
     wait_for(
-        Duration::from_secs(2),
+        Duration::from_secs(3),
         "the coordinator to see the cut worker disconnected",
         || async { (!worker_connected(&s.fleet, "a").await?).then_some(()) },
     )
@@ -477,8 +482,11 @@ async fn a_leader_whose_etcd_is_blackholed_stops_leading_before_its_lease_can_ex
     let ns = unique_namespace(&client, "pw-leader-hole").await;
     let fleet = Fleet::new(cluster.etcd_endpoints(), cluster.kubeconfig_path());
     let journals = Journals::in_dir(fleet.dir());
-    let c0 = links::coordinator(&fleet, "c0", &[]).await;
-    let c1 = links::coordinator(&fleet, "c1", &[]).await;
+    // A renew deadline 1.5 s inside the 3 s lease (the test default is 2 s): stopping, and this test
+    // seeing it through a metrics poll, must fit before the lease can expire on a loaded machine too.
+    let renew = ["--leader-elect-renew-deadline", "1500ms"];
+    let c0 = links::coordinator(&fleet, "c0", &renew).await;
+    let c1 = links::coordinator(&fleet, "c1", &renew).await;
     let _a = probe_worker(&fleet, &journals, "a", 5, 10).await;
     let _b = probe_worker(&fleet, &journals, "b", 5, 10).await;
     fleet.wait_for_workers(2, Duration::from_secs(60)).await;

@@ -41,8 +41,9 @@ async fn the_keys_of_a_killed_worker_run_elsewhere_after_its_lease_expires_and_w
     let _fast = journal_worker(&fleet, "fast", &journal, 5, 10);
     fleet.wait_for_workers(2, Duration::from_secs(30)).await;
 
-    slow.kill9().await;
+    // Before the kill: its last renewal cannot be later than this.
     let killed_at = now_ns();
+    slow.kill9().await;
     let done = wait_for(
         LEASE + Duration::from_secs(10),
         "every key of the killed worker reconciled by the other",

@@ -278,18 +278,21 @@ impl Fleet {
             &self.name,
             "--listen",
             "127.0.0.1:0",
-            "--leader-elect-lease-duration",
-            "3s",
-            "--leader-elect-renew-deadline",
-            "2s",
-            "--leader-elect-retry-period",
-            "500ms",
-            "--worker-reconnect-grace",
-            "5s",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        // Test timing, unless `extra` sets a flag itself (a flag given twice is refused).
+        for [flag, value] in [
+            ["--leader-elect-lease-duration", "3s"],
+            ["--leader-elect-renew-deadline", "2s"],
+            ["--leader-elect-retry-period", "500ms"],
+            ["--worker-reconnect-grace", "5s"],
+        ] {
+            if !extra.contains(&flag) {
+                args.extend([flag.to_owned(), value.to_owned()]);
+            }
+        }
         args.push("--etcd-endpoints".into());
         args.push(etcd_endpoints.join(","));
         args.push("--kubeconfig".into());
