@@ -26,7 +26,8 @@ use crate::support::wait::wait_for;
 
 /// The longest stretch of a reconcile (or between a dispatch and its reconcile) no span may explain.
 const MAX_UNCOVERED: Duration = Duration::from_millis(5);
-/// What one stretch over [`MAX_UNCOVERED`] may reach, once in a run, before it fails the test.
+/// What a stretch over [`MAX_UNCOVERED`] may reach before it fails the test; as many such stretches
+/// as a quarter of a run's reconciles (at least one) are tolerated.
 ///
 /// A stretch no span covers is either a wait nobody named or the reconcile's own work, stretched by
 /// the scheduler: on a 2-core CI machine shared by etcd, the API server, the coordinator, the
@@ -36,8 +37,10 @@ const MAX_UNCOVERED: Duration = Duration::from_millis(5);
 /// 5.4 ms (once 7.3 ms) beside other work; a reconcile started 0.3–4.3 ms after its dispatch. A
 /// wait without a span repeats — every reconcile that reads the Cache or meets the rate limiter
 /// waits again, 10–50 ms each, as the waits issue 22 found did (42–47 ms) — while scheduling noise
-/// is rare and random. So the test fails on any stretch over this bound, or on a second stretch
-/// over [`MAX_UNCOVERED`] in the run, and tolerates one.
+/// is random and, beside a busy neighbour, hits one reconcile in a few (a run beside a process
+/// spinning on one core had two stretches of 5.6 and 6.6 ms among eight reconciles). So the test
+/// fails on any stretch over this bound, or on more stretches over [`MAX_UNCOVERED`] than a quarter
+/// of the reconciles, and tolerates fewer.
 const NOISE: Duration = Duration::from_millis(20);
 /// How long the fleet gets to converge on one step (pods created, statuses written).
 const CONVERGE: Duration = Duration::from_secs(30);
@@ -637,8 +640,8 @@ fn no_duplicate_enqueues(spans: &[Received], ns: &str) {
 }
 
 /// Every stretch over [`MAX_UNCOVERED`] of a reconcile reached from the scale is covered by a span
-/// under it, and no such reconcile starts more than that after its dispatch ended; one stretch up to
-/// [`NOISE`] is tolerated in a run (see there why).
+/// under it, and no such reconcile starts more than that after its dispatch ended; as many stretches
+/// up to [`NOISE`] as a quarter of the reconciles are tolerated (see there why).
 fn every_wait_is_covered(spans: &[Received], chain: &Chain) {
     let (origin, _) = chain.root.interval();
     let at = |ns: u64| format!("+{:.1} ms", ns.saturating_sub(origin) as f64 / 1e6);
@@ -699,16 +702,18 @@ fn every_wait_is_covered(spans: &[Received], chain: &Chain) {
     eprintln!("waits no span covers:\n  {}", widest.join("\n  "));
     over.retain(|(len, _)| *len > MAX_UNCOVERED.as_nanos() as u64);
     let noise = NOISE.as_nanos() as u64;
-    let tolerated = over.len() == 1 && over[0].0 <= noise;
+    let allowed = (widest.len() / 4).max(1);
+    let tolerated = over.len() <= allowed && over.iter().all(|(len, _)| *len <= noise);
     let what: Vec<&str> = over.iter().map(|(_, what)| what.as_str()).collect();
     assert!(
         over.is_empty() || tolerated,
-        "waits over {MAX_UNCOVERED:?} no span explains (one up to {NOISE:?} would be tolerated as \
-         scheduling noise):\n  {}",
+        "waits over {MAX_UNCOVERED:?} no span explains ({allowed} up to {NOISE:?} among {} \
+         reconciles would be tolerated as scheduling noise):\n  {}",
+        widest.len(),
         what.join("\n  ")
     );
-    if tolerated {
-        eprintln!("tolerated as scheduling noise: {}", what.join(""));
+    if !over.is_empty() {
+        eprintln!("tolerated as scheduling noise: {}", what.join("; "));
     }
 }
 
