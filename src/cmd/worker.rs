@@ -237,6 +237,20 @@ mod tests {
         controllers[0].concurrency_limit()
     }
 
+    /// The settings the worker's flags give, `extra` following the required ones; clap's error where
+    /// it refuses them.
+    fn settings_with(extra: &[&str]) -> Result<Settings, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: super::Args,
+        }
+        use clap::Parser;
+        let argv = ["w", "--etcd-endpoints", "http://a:2379"];
+        Cli::try_parse_from(argv.into_iter().chain(extra.iter().copied()))
+            .map(|c| c.args.settings())
+    }
+
     #[test]
     fn each_builtin_takes_kube_controller_managers_default_concurrency() {
         assert_eq!(concurrency_of(&[], "serviceaccount"), 1);
@@ -253,21 +267,10 @@ mod tests {
 
     #[test]
     fn the_terminated_pod_gc_threshold_flag_is_kube_controller_managers() {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: super::Args,
-        }
-        use clap::Parser;
-        let endpoints = ["w", "--etcd-endpoints", "http://a:2379"];
-        let cli = Cli::try_parse_from(endpoints).unwrap();
-        assert_eq!(cli.args.settings().terminated_pod_gc_threshold, 12500);
-        let small = endpoints
-            .iter()
-            .copied()
-            .chain(["--terminated-pod-gc-threshold", "3"]);
-        let cli = Cli::try_parse_from(small).unwrap();
-        assert_eq!(cli.args.settings().terminated_pod_gc_threshold, 3);
+        let defaults = settings_with(&[]).unwrap();
+        assert_eq!(defaults.terminated_pod_gc_threshold, 12500);
+        let small = settings_with(&["--terminated-pod-gc-threshold", "3"]).unwrap();
+        assert_eq!(small.terminated_pod_gc_threshold, 3);
         assert_eq!(concurrency_of(&[], "podgc"), 1);
         assert_eq!(
             concurrency_of(
@@ -280,14 +283,7 @@ mod tests {
 
     #[test]
     fn the_endpoint_and_mirroring_flags_are_kube_controller_managers() {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: super::Args,
-        }
-        use clap::Parser;
-        let endpoints = ["w", "--etcd-endpoints", "http://a:2379"];
-        let settings = Cli::try_parse_from(endpoints).unwrap().args.settings();
+        let settings = settings_with(&[]).unwrap();
         assert_eq!(
             settings.endpoint_updates_batch_period,
             std::time::Duration::ZERO
@@ -297,15 +293,15 @@ mod tests {
             settings.mirroring_endpointslice_updates_batch_period,
             std::time::Duration::ZERO
         );
-        let given = endpoints.iter().copied().chain([
+        let settings = settings_with(&[
             "--endpoint-updates-batch-period",
             "500ms",
             "--mirroring-max-endpoints-per-subset",
             "10",
             "--mirroring-endpointslice-updates-batch-period",
             "1s",
-        ]);
-        let settings = Cli::try_parse_from(given).unwrap().args.settings();
+        ])
+        .unwrap();
         assert_eq!(
             settings.endpoint_updates_batch_period,
             std::time::Duration::from_millis(500)
@@ -333,20 +329,11 @@ mod tests {
 
     #[test]
     fn the_cronjob_minute_flag_defaults_to_a_real_minute_and_takes_a_duration() {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: super::Args,
-        }
-        use clap::Parser;
-        let endpoints = ["w", "--etcd-endpoints", "http://a:2379"];
-        let cli = Cli::try_parse_from(endpoints).unwrap();
-        let minute = cli.args.settings().cronjob_minute;
+        let minute = settings_with(&[]).unwrap().cronjob_minute;
         assert_eq!(minute, std::time::Duration::from_secs(60));
-        let fast = endpoints.iter().copied().chain(["--cronjob-minute", "2s"]);
-        let cli = Cli::try_parse_from(fast).unwrap();
-        assert_eq!(cli.args.settings().cronjob_minute.as_secs(), 2);
-        assert_eq!(cli.args.settings().validate(), Ok(()));
+        let fast = settings_with(&["--cronjob-minute", "2s"]).unwrap();
+        assert_eq!(fast.cronjob_minute.as_secs(), 2);
+        assert_eq!(fast.validate(), Ok(()));
         assert_eq!(
             concurrency_of(&["--concurrent-cron-job-syncs", "3"], "cronjob"),
             3
@@ -356,36 +343,18 @@ mod tests {
 
     #[test]
     fn the_endpointslice_flags_are_kube_controller_managers() {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: super::Args,
-        }
-        use clap::Parser;
-        let endpoints = ["w", "--etcd-endpoints", "http://a:2379"];
-        let cli = Cli::try_parse_from(endpoints).unwrap();
-        assert_eq!(cli.args.settings().max_endpoints_per_slice, 100);
-        assert!(
-            cli.args
-                .settings()
-                .endpointslice_updates_batch_period
-                .is_zero()
-        );
-        let set = endpoints.iter().copied().chain([
+        let defaults = settings_with(&[]).unwrap();
+        assert_eq!(defaults.max_endpoints_per_slice, 100);
+        assert!(defaults.endpointslice_updates_batch_period.is_zero());
+        let set = settings_with(&[
             "--max-endpoints-per-slice",
             "1001",
             "--endpointslice-updates-batch-period",
             "1s",
-        ]);
-        let cli = Cli::try_parse_from(set).unwrap();
-        assert_eq!(
-            cli.args
-                .settings()
-                .endpointslice_updates_batch_period
-                .as_secs(),
-            1
-        );
-        assert!(cli.args.settings().validate().is_err(), "1001 is refused");
+        ])
+        .unwrap();
+        assert_eq!(set.endpointslice_updates_batch_period.as_secs(), 1);
+        assert!(set.validate().is_err(), "1001 is refused");
         assert_eq!(
             concurrency_of(
                 &["--concurrent-service-endpoint-syncs", "9"],
@@ -398,19 +367,8 @@ mod tests {
 
     #[test]
     fn the_node_lifecycle_flags_are_kube_controller_managers_with_its_v1_32_defaults() {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: super::Args,
-        }
-        use clap::Parser;
-        let endpoints = ["w", "--etcd-endpoints", "http://a:2379"];
-        let cli = Cli::try_parse_from(endpoints).unwrap();
-        assert_eq!(
-            cli.args.settings().node_lifecycle,
-            NodeLifecycleSettings::default()
-        );
-        let nl = cli.args.settings().node_lifecycle;
+        let nl = settings_with(&[]).unwrap().node_lifecycle;
+        assert_eq!(nl, NodeLifecycleSettings::default());
         assert_eq!(nl.node_monitor_grace_period.as_secs(), 50);
         assert_eq!(nl.node_startup_grace_period.as_secs(), 60);
         assert_eq!(nl.node_monitor_period.as_secs(), 5);
@@ -420,7 +378,7 @@ mod tests {
         );
         assert_eq!(nl.large_cluster_size_threshold, 50);
         assert_eq!(nl.unhealthy_zone_threshold, 0.55);
-        let set = endpoints.iter().copied().chain([
+        let nl = settings_with(&[
             "--node-monitor-grace-period",
             "4s",
             "--node-monitor-period",
@@ -429,19 +387,15 @@ mod tests {
             "0.5",
             "--large-cluster-size-threshold",
             "2",
-        ]);
-        let cli = Cli::try_parse_from(set).unwrap();
-        let nl = cli.args.settings().node_lifecycle;
+        ])
+        .unwrap()
+        .node_lifecycle;
         assert_eq!(nl.node_monitor_grace_period.as_secs(), 4);
         assert_eq!(nl.node_monitor_period.as_millis(), 500);
         assert_eq!(nl.node_eviction_rate, 0.5);
         assert_eq!(nl.large_cluster_size_threshold, 2);
-        let zero = endpoints
-            .iter()
-            .copied()
-            .chain(["--node-monitor-period", "0s"]);
-        let cli = Cli::try_parse_from(zero).unwrap();
-        assert!(cli.args.settings().validate().is_err());
+        let zero = settings_with(&["--node-monitor-period", "0s"]).unwrap();
+        assert!(zero.validate().is_err());
         assert_eq!(concurrency_of(&[], "nodelifecycle"), 5);
         assert_eq!(
             concurrency_of(&["--concurrent-node-lifecycle-syncs", "2"], "nodelifecycle"),
@@ -451,44 +405,28 @@ mod tests {
 
     #[test]
     fn the_node_ipam_flags_are_kube_controller_managers_and_default_to_no_allocation() {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: super::Args,
-        }
-        use clap::Parser;
-        let endpoints = ["w", "--etcd-endpoints", "http://a:2379"];
-        let cli = Cli::try_parse_from(endpoints).unwrap();
-        let ipam = cli.args.settings().node_ipam;
-        assert!(!ipam.allocate_node_cidrs);
-        assert!(ipam.range_allocator);
-        assert_eq!(cli.args.settings().validate(), Ok(()));
-        let on = endpoints.iter().copied().chain([
+        let defaults = settings_with(&[]).unwrap();
+        assert!(!defaults.node_ipam.allocate_node_cidrs);
+        assert!(defaults.node_ipam.range_allocator);
+        assert_eq!(defaults.validate(), Ok(()));
+        let on = settings_with(&[
             "--allocate-node-cidrs",
             "--cluster-cidr",
             "10.244.0.0/16,fd00::/48",
             "--node-cidr-mask-size-ipv4",
             "25",
             "--service-cluster-ip-range=10.244.0.0/20",
-        ]);
-        let cli = Cli::try_parse_from(on).unwrap();
-        let ipam = cli.args.settings().node_ipam;
+        ])
+        .unwrap();
+        let ipam = &on.node_ipam;
         assert!(ipam.allocate_node_cidrs);
         assert_eq!(ipam.cluster_cidr.len(), 2);
         assert_eq!(ipam.node_cidr_mask_size_ipv4, 25);
         assert_eq!(ipam.service_cluster_ip_range.len(), 1);
-        assert_eq!(cli.args.settings().validate(), Ok(()));
-        let bad = endpoints
-            .iter()
-            .copied()
-            .chain(["--cluster-cidr", "10.0.0.0/33"]);
-        assert!(Cli::try_parse_from(bad).is_err());
-        let cloud = endpoints
-            .iter()
-            .copied()
-            .chain(["--cidr-allocator-type", "CloudAllocator"]);
-        let cli = Cli::try_parse_from(cloud).unwrap();
-        assert!(cli.args.settings().validate().is_err());
+        assert_eq!(on.validate(), Ok(()));
+        assert!(settings_with(&["--cluster-cidr", "10.0.0.0/33"]).is_err());
+        let cloud = settings_with(&["--cidr-allocator-type", "CloudAllocator"]).unwrap();
+        assert!(cloud.validate().is_err());
         assert_eq!(concurrency_of(&[], "nodeipam"), 1);
         assert_eq!(concurrency_of(&["--concurrent-ttl-syncs", "2"], "ttl"), 2);
         assert_eq!(concurrency_of(&[], "service-cidr"), 5);
