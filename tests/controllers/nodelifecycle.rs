@@ -267,8 +267,8 @@ async fn a_silent_node_is_marked_unknown_tainted_and_evicted_as_tolerated_and_un
     // Evicted as they tolerate it: at once, and after three seconds.
     deletion_seen(&pods, "no-tolerations").await;
     deletion_seen(&pods, "tolerates-unreachable").await;
-    // The toleration counts from the taint's `timeAdded` (whole seconds, on this machine's clock as
-    // the devcluster's worker writes it), not from when this test saw the taint.
+    // The toleration counts from the taint's `timeAdded` (whole seconds, on this machine's clock: the
+    // fleet's node lifecycle controller writes it), not from when this test saw the taint.
     let left = Timestamp::now().as_second() - added.as_second();
     assert!(
         left >= 3,
